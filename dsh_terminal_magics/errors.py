@@ -1,0 +1,57 @@
+"""One exception family for every wrong call.
+
+Every message says what was wrong and what to do about it.  Callers that want
+to tell cases apart catch the subclasses; everyone else catches
+:class:`TerminalError`.
+"""
+from __future__ import annotations
+
+
+class TerminalError(Exception):
+    """Base of every error raised by dsh_terminal_magics."""
+
+
+class UnknownSessionError(TerminalError, KeyError):
+    """The session id is unknown to this owner (it may not exist, or belong to another owner)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(
+            f"unknown terminal session {session_id!r}: no session with this id is open for this owner; "
+            "call terminal_list to see your sessions"
+        )
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0])
+
+
+class UnknownJobError(TerminalError, KeyError):
+    """The job id is unknown to this owner."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(
+            f"unknown job {job_id!r}: no job with this id exists for this owner; "
+            "use the jobId returned by terminal_send with run_in_background"
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class SessionBusyError(TerminalError):
+    """Another send holds the session's exclusive send reservation."""
+
+
+class SessionNotRunningError(TerminalError):
+    """The session's process has exited or the session is closing."""
+
+
+class InvalidArgumentError(TerminalError, ValueError):
+    """An argument has the wrong type, range or value."""
+
+
+class ConfigError(TerminalError, ValueError):
+    """A configuration value is invalid."""
+
+
+class BackendError(TerminalError):
+    """A backend could not be found or failed to start."""

@@ -1,0 +1,138 @@
+"""Session backends, registered by type name.
+
+A backend turns ``(cwd, environment)`` into a :class:`LaunchSpec`: the argv
+to run on the PTY and what the session may rely on (an exit-code marker).
+Built in: ``shell`` (bash set up for machines, or ``sh`` when bash is absent)
+and ``python`` (a python3 REPL).  Third parties register more through the
+``dsh_terminal_magics.backends`` entry-point group; an entry point names a
+:class:`Backend` instance or a class to instantiate.
+"""
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from importlib.metadata import entry_points
+from typing import Protocol, runtime_checkable
+
+from ..errors import BackendError
+
+ENTRY_POINT_GROUP = "dsh_terminal_magics.backends"
+
+#: Environment every session gets: colours and full-screen programs work, no pager swallows the terminal.
+BASE_ENV = {
+    "TERM": "xterm-256color",
+    "COLORTERM": "truecolor",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "SYSTEMD_PAGER": "",
+    "LESS": "-R",
+}
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to run on the PTY for one session."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    exit_marker: bool = False
+    description: str = ""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A session type.  ``launch`` must not start anything itself."""
+
+    name: str
+
+    def launch(self, cwd: str) -> LaunchSpec: ...
+
+
+class ShellBackend:
+    """``bash --noprofile --rcfile <ours> -i``: fixed prompt ``$ ``, OSC 133;D exit-code marker."""
+
+    name = "shell"
+
+    def launch(self, cwd: str) -> LaunchSpec:
+        bash = shutil.which("bash")
+        if bash is None:
+            sh = shutil.which("sh") or "/bin/sh"
+            return LaunchSpec([sh, "-i"], {"PS1": "$ ", "PS2": "> "}, False, "sh shell (no exit codes)")
+        rc = str(resources.files(__package__).joinpath("shell_rc.bash"))
+        return LaunchSpec([bash, "--noprofile", "--rcfile", rc, "-i"], {}, True,
+                          f"bash {_bash_version(bash)} shell; prompt '$ '; exit codes reported")
+
+
+class PythonBackend:
+    """A plain python3 REPL (the interpreter running this kernel), quiet banner."""
+
+    name = "python"
+
+    def launch(self, cwd: str) -> LaunchSpec:
+        env = {"PYTHON_BASIC_REPL": "1", "PYTHONSTARTUP": "", "PYTHONINSPECT": ""}
+        version = ".".join(map(str, sys.version_info[:3]))
+        return LaunchSpec([sys.executable, "-q", "-i"], env, False,
+                          f"python {version} REPL; prompt '>>> '")
+
+
+_BASH_VERSION: dict[str, str] = {}
+
+
+def _bash_version(bash: str) -> str:
+    if bash not in _BASH_VERSION:
+        try:
+            out = subprocess.run([bash, "-c", "echo $BASH_VERSION"], capture_output=True, text=True,
+                                 timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            out = "?"
+        _BASH_VERSION[bash] = out.split("(")[0] or "?"
+    return _BASH_VERSION[bash]
+
+
+class BackendRegistry:
+    """Backends by type name: the built-ins, then entry points, then :meth:`register` calls."""
+
+    def __init__(self) -> None:
+        self._backends: dict[str, Backend] = {}
+        self._entry_points_loaded = False
+        self.register(ShellBackend())
+        self.register(PythonBackend())
+
+    def register(self, backend: Backend) -> None:
+        """Add or replace the backend for ``backend.name``."""
+        if not isinstance(backend, Backend) or not isinstance(getattr(backend, "name", None), str):
+            raise BackendError(f"{backend!r} is not a backend: it needs a str `name` and a `launch(cwd)` method")
+        self._backends[backend.name] = backend
+
+    def names(self) -> list[str]:
+        self._load_entry_points()
+        return sorted(self._backends)
+
+    def get(self, name: str) -> Backend:
+        """The backend for ``name``; an unknown name is an error listing the registered ones."""
+        self._load_entry_points()
+        try:
+            return self._backends[name]
+        except KeyError:
+            raise BackendError(
+                f"unknown terminal type {name!r}: registered types are {', '.join(self.names())}; "
+                "use one of them (usually 'shell')"
+            ) from None
+
+    def _load_entry_points(self) -> None:
+        if self._entry_points_loaded:
+            return
+        self._entry_points_loaded = True
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            try:
+                obj = ep.load()
+                self.register(obj() if isinstance(obj, type) else obj)
+            except Exception as exc:  # a broken plugin must not break the built-ins
+                import warnings
+
+                warnings.warn(f"dsh_terminal_magics: backend entry point {ep.name!r} failed to load: {exc}",
+                              stacklevel=2)

@@ -1,0 +1,370 @@
+"""Terminal output: raw bytes in, normalised text lines out.
+
+Three pure-ish pieces, each owning one concern:
+
+* :class:`OutputNormalizer` decodes UTF-8 incrementally, removes escape
+  sequences (carrying an unfinished one across chunk boundaries) and reports
+  the terminal events the session must act on (exit-code markers, cursor
+  position requests, alternate screen, BEL).
+* :class:`ScrollbackBuffer` turns the cleaned text into bounded, numbered
+  lines: CRLF is a newline, a lone CR rewrites the current line (a progress
+  bar keeps only its last state), backspace deletes.
+* :class:`RawRing` keeps the newest raw bytes for screen rendering and
+  recordings.
+"""
+from __future__ import annotations
+
+import codecs
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Iterator
+
+#: One complete escape sequence: CSI, OSC (BEL or ST terminated), DCS/SOS/PM/APC, nF/Fp/Fe escapes.
+_ESCAPE = re.compile(
+    r"\x1b\[[0-?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+    r"|\x1b[PX^_][^\x1b]*\x1b\\"
+    r"|\x1b[ -/]*[0-~]"
+    r"|\x9b[0-?]*[ -/]*[@-~]"
+)
+#: The start of an escape sequence that has not finished yet (held for the next chunk).
+_UNFINISHED = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)\Z")
+#: C0/C1 controls other than TAB, LF, CR and BS.
+_CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f\x80-\x9f]")
+_EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:\x07|\x1b\\)")
+_SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1)([hl])")
+_DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")
+
+#: Longest unfinished escape sequence carried to the next chunk before it is dropped.
+MAX_PENDING_ESCAPE = 64 * 1024
+
+
+@dataclass
+class TerminalEvents:
+    """What one chunk of output asked of the terminal, besides text."""
+
+    exit_codes: list[int] = field(default_factory=list)
+    cursor_position_requests: int = 0
+    device_attribute_requests: int = 0
+    bells: int = 0
+    alternate_screen: bool | None = None
+    application_cursor: bool | None = None
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.exit_codes
+            or self.cursor_position_requests
+            or self.device_attribute_requests
+            or self.bells
+            or self.alternate_screen is not None
+            or self.application_cursor is not None
+        )
+
+
+class OutputNormalizer:
+    """Decode PTY bytes and strip escape sequences, keeping state across chunks.
+
+    ``feed(b"...")`` returns ``(text, events)``: ``text`` keeps only printable
+    characters, TAB, LF, CR and BS; ``events`` reports what the session must
+    answer or record.  Invalid UTF-8 becomes U+FFFD.
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""
+
+    def feed(self, data: bytes) -> tuple[str, TerminalEvents]:
+        text = self._pending + self._decoder.decode(data)
+        self._pending = ""
+        events = TerminalEvents()
+        if "\x1b" in text or "\x9b" in text:
+            text = self._hold_unfinished(text)
+            _collect_events(text, events)
+            text = _ESCAPE.sub("", text)
+        if "\x07" in text:
+            events.bells = text.count("\x07")
+        return _CONTROL.sub("", text), events
+
+    def flush(self) -> str:
+        """Return what is left (an unfinished sequence is dropped)."""
+        rest = self._decoder.decode(b"", final=True)
+        self._pending = ""
+        return _CONTROL.sub("", _ESCAPE.sub("", rest))
+
+    def _hold_unfinished(self, text: str) -> str:
+        start = text.rfind("\x1b")
+        if start < 0:
+            return text
+        if _UNFINISHED.match(text, start) and len(text) - start <= MAX_PENDING_ESCAPE:
+            self._pending = text[start:]
+            return text[:start]
+        return text
+
+
+def _collect_events(text: str, events: TerminalEvents) -> None:
+    if "\x1b]133;" in text:
+        events.exit_codes = [int(m.group(1) or 0) for m in _EXIT_MARKER.finditer(text)]
+    if "\x1b[6n" in text:
+        events.cursor_position_requests = text.count("\x1b[6n")
+    if "c" in text and _DEVICE_ATTRIBUTES.search(text):
+        events.device_attribute_requests = len(_DEVICE_ATTRIBUTES.findall(text))
+    if "\x1b[?" in text:
+        for mode, flag in _SCREEN_MODE.findall(text):
+            if mode == "1":
+                events.application_cursor = flag == "h"
+            else:
+                events.alternate_screen = flag == "h"
+
+
+def render_line(raw: str) -> str:
+    """Apply CR and BS to one line as a terminal leaves it.
+
+    A trailing CR (the CR of CRLF) is dropped; a lone CR starts the line
+    again, so only the text after the last one remains; a backspace deletes
+    the character before it.
+    """
+    if "\r" in raw:
+        raw = raw.rstrip("\r")
+        cut = raw.rfind("\r")
+        if cut >= 0:
+            raw = raw[cut + 1 :]
+    if "\b" in raw:
+        out: list[str] = []
+        for ch in raw:
+            if ch == "\b":
+                if out:
+                    out.pop()
+            else:
+                out.append(ch)
+        raw = "".join(out)
+    return raw
+
+
+def _compact_partial(raw: str) -> str:
+    """Drop what a later CR has already overwritten in an unfinished line."""
+    cut = raw.rfind("\r", 0, len(raw) - 1)
+    return raw[cut + 1 :] if cut >= 0 else raw
+
+
+class ScrollbackBuffer:
+    """Bounded, numbered lines of normalised output.
+
+    Lines are numbered from 1 at session start and keep their numbers when old
+    lines are evicted.  The unfinished last line (a prompt, a progress bar) is
+    line ``completed + 1`` and is shown when it is not empty.  Bounds: at most
+    ``max_lines`` lines and ``max_chars`` characters; a single line longer than
+    ``max_line_chars`` is cut and marked.
+    """
+
+    LINE_CUT_MARKER = " [line cut]"
+
+    def __init__(self, max_lines: int = 10_000, max_chars: int = 4 * 1024 * 1024,
+                 max_line_chars: int = 64 * 1024) -> None:
+        self.max_lines = max_lines
+        self.max_chars = max_chars
+        self.max_line_chars = max_line_chars
+        self._lines: deque[str] = deque()
+        self._chars = 0
+        self._first = 1
+        self._partial = ""
+        self._partial_cut = False
+        self.chars_written = 0
+
+    # -- writing -----------------------------------------------------------
+    def append(self, text: str) -> None:
+        """Add cleaned text (only printable characters, TAB, LF, CR, BS)."""
+        if not text:
+            return
+        self.chars_written += len(text)
+        if "\n" not in text:
+            self._set_partial(self._partial + text)
+            return
+        pieces = text.split("\n")
+        head = self._partial + pieces[0]
+        tail = pieces.pop()
+        pieces[0] = head
+        lines = [self._finish(p) if ("\r" in p or "\b" in p or len(p) > self.max_line_chars) else p
+                 for p in pieces]
+        if self._partial_cut:
+            lines[0] = lines[0][: self.max_line_chars] + self.LINE_CUT_MARKER
+        self._partial = ""
+        self._partial_cut = False
+        self._set_partial(tail)
+        self._lines.extend(lines)
+        self._chars += sum(map(len, lines))
+        self._evict()
+
+    def _finish(self, raw: str) -> str:
+        line = render_line(raw)
+        if len(line) > self.max_line_chars:
+            line = line[: self.max_line_chars] + self.LINE_CUT_MARKER
+        return line
+
+    def _set_partial(self, raw: str) -> None:
+        if "\r" in raw:
+            raw = _compact_partial(raw)
+        if len(raw) > self.max_line_chars:
+            raw = raw[: self.max_line_chars]
+            self._partial_cut = True
+        self._partial = raw
+
+    def _evict(self) -> None:
+        lines = self._lines
+        while lines and (len(lines) > self.max_lines or self._chars > self.max_chars):
+            self._chars -= len(lines.popleft())
+            self._first += 1
+
+    # -- reading -----------------------------------------------------------
+    @property
+    def completed_lines(self) -> int:
+        """Number of the newest finished line (0 when none)."""
+        return self._first - 1 + len(self._lines)
+
+    @property
+    def first_line(self) -> int:
+        """Number of the oldest line still retained."""
+        return self._first
+
+    @property
+    def partial_line(self) -> str:
+        """The unfinished last line, rendered."""
+        line = render_line(self._partial)
+        return line + self.LINE_CUT_MARKER if self._partial_cut else line
+
+    @property
+    def total_lines(self) -> int:
+        """Number of the newest line, counting a non-empty unfinished line."""
+        return self.completed_lines + (1 if self.partial_line else 0)
+
+    def iter_lines(self, begin: int, end: int) -> Iterator[str]:
+        """Yield lines ``begin..end`` (1-based, inclusive), clamped to what is retained."""
+        begin = max(begin, self._first)
+        last_done = self.completed_lines
+        if begin <= min(end, last_done):
+            start = begin - self._first
+            stop = min(end, last_done) - self._first + 1
+            for i, line in enumerate(self._lines):
+                if i < start:
+                    continue
+                if i >= stop:
+                    break
+                yield line
+        if end > last_done and begin <= last_done + 1:
+            partial = self.partial_line
+            if partial:
+                yield partial
+
+    def page(self, offset: int, count: int) -> tuple[list[str], int, int, int]:
+        """Return ``(lines, line_begin, line_end, total_lines)`` for a newest-relative page.
+
+        ``offset`` lines are skipped back from the newest; then up to
+        ``count`` lines are returned, oldest first.  An empty page has
+        ``line_begin == line_end + 1``.
+        """
+        total = self.total_lines
+        end = total - offset
+        begin = max(end - count + 1, self._first)
+        if end < begin:
+            return [], begin, begin - 1, total
+        from_newest = total - begin <= end - self._first
+        lines = self._newest_lines(begin, end) if from_newest else list(self.iter_lines(begin, end))
+        return lines, begin, end, total
+
+    def _newest_lines(self, begin: int, end: int) -> list[str]:
+        out: list[str] = []
+        number = self.total_lines
+        if number > self.completed_lines:
+            if begin <= number <= end:
+                out.append(self.partial_line)
+            number -= 1
+        for line in reversed(self._lines):
+            if number < begin:
+                break
+            if number <= end:
+                out.append(line)
+            number -= 1
+        out.reverse()
+        return out
+
+    def text_since(self, line: int, max_chars: int) -> tuple[str, bool]:
+        """Text of lines from ``line`` to the newest (with the unfinished one).
+
+        Keeps the newest ``max_chars`` characters; the flag says whether
+        anything was dropped (evicted or cut).
+        """
+        out: list[str] = []
+        size = 0
+        cut = line < self._first
+        partial = self.partial_line
+        if self.completed_lines + 1 >= line:
+            out.append(partial)
+            size += len(partial)
+        number = self.completed_lines
+        for text in reversed(self._lines):
+            if number < line:
+                break
+            if size + len(text) + 1 > max_chars:
+                cut = True
+                room = max_chars - size - 1
+                if room > 0:
+                    out.append(text[-room:])
+                break
+            out.append(text)
+            size += len(text) + 1
+            number -= 1
+        out.reverse()
+        text = "\n".join(out)
+        if len(text) > max_chars:
+            text, cut = text[-max_chars:], True
+        return text, cut
+
+    def completed_since(self, line: int) -> tuple[list[str], int, int]:
+        """Finished lines from ``line`` on: ``(lines, next_line, dropped_lines)``."""
+        dropped = max(0, self._first - line)
+        begin = max(line, self._first)
+        end = self.completed_lines
+        if end < begin:
+            return [], max(line, end + 1), dropped
+        lines = self._newest_completed(begin, end)
+        return lines, end + 1, dropped
+
+    def _newest_completed(self, begin: int, end: int) -> list[str]:
+        want = end - begin + 1
+        if want >= len(self._lines):
+            return list(self._lines)
+        out = []
+        for text in reversed(self._lines):
+            out.append(text)
+            if len(out) == want:
+                break
+        out.reverse()
+        return out
+
+
+class RawRing:
+    """The newest ``capacity`` raw bytes of output, with a running byte count."""
+
+    def __init__(self, capacity: int = 1024 * 1024) -> None:
+        self.capacity = capacity
+        self._buf = bytearray()
+        self.total = 0
+
+    def append(self, data: bytes) -> None:
+        self._buf += data
+        self.total += len(data)
+        if len(self._buf) > 2 * self.capacity:
+            del self._buf[: len(self._buf) - self.capacity]
+
+    def tail(self, size: int | None = None) -> bytes:
+        """Return the newest ``size`` bytes (default: all retained, up to capacity)."""
+        size = self.capacity if size is None else min(size, self.capacity)
+        return bytes(self._buf[-size:]) if size else b""
+
+    def since(self, total_offset: int) -> tuple[bytes, int]:
+        """Bytes written after absolute offset ``total_offset``: ``(data, bytes_lost)``."""
+        available = min(len(self._buf), self.capacity)
+        start_abs = self.total - available
+        lost = max(0, start_abs - total_offset)
+        begin = max(total_offset, start_abs) - (self.total - len(self._buf))
+        return bytes(self._buf[begin:]), lost

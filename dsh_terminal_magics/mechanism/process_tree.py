@@ -1,0 +1,262 @@
+"""Finding and ending a session's whole process tree.
+
+A session's tree is every process descended from its leader (the shell),
+found through parent links in ``/proc``.  The leader is made a child
+subreaper before it execs (``prctl(PR_SET_CHILD_SUBREAPER)`` survives exec),
+so double-forked, ``setsid`` and ``nohup`` descendants are re-parented to it
+and stay in the tree.  Processes that escaped anyway (the leader died first)
+are found by the session token every session process inherits in its
+environment.  Processes are tracked as :class:`ProcessId` (pid + start time)
+so a reused pid is never signalled.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Iterable, NamedTuple
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+#: Environment variable that marks every process of a session tree.
+SESSION_TOKEN_ENV = "DSH_TERMINAL_SESSION"
+
+HAVE_PROC = os.path.isdir("/proc/self/task")
+
+
+class ProcessId(NamedTuple):
+    """A process as (pid, start time in clock ticks since boot): immune to pid reuse."""
+
+    pid: int
+    start_time: int
+
+
+@dataclass(frozen=True)
+class ProcessStat:
+    """The fields of ``/proc/PID/stat`` this package reads."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgrp: int
+    session: int
+    start_time: int
+
+    @property
+    def ident(self) -> ProcessId:
+        return ProcessId(self.pid, self.start_time)
+
+    @property
+    def gone(self) -> bool:
+        """A zombie or dead process: it runs no more code."""
+        return self.state in "ZX"
+
+
+def parse_stat(raw: str, pid: int) -> ProcessStat:
+    """Parse the text of ``/proc/PID/stat`` (the command name may hold spaces and parentheses)."""
+    rest = raw[raw.rindex(")") + 2 :].split()
+    return ProcessStat(pid, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]))
+
+
+def read_stat(pid: int, tid: int | None = None) -> ProcessStat | None:
+    """Read one process (or thread) stat; ``None`` when it does not exist or cannot be read."""
+    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    try:
+        with open(path, "rb") as f:
+            return parse_stat(f.read().decode("utf-8", "replace"), pid)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_table() -> dict[int, ProcessStat]:
+    """Every process visible in ``/proc``, by pid."""
+    table: dict[int, ProcessStat] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if name.isdigit():
+            stat = read_stat(int(name))
+            if stat is not None:
+                table[stat.pid] = stat
+    return table
+
+
+def descendants(roots: Iterable[int], table: dict[int, ProcessStat]) -> set[int]:
+    """Pids of ``roots`` and everything below them in ``table``."""
+    children: dict[int, list[int]] = {}
+    for stat in table.values():
+        children.setdefault(stat.ppid, []).append(stat.pid)
+    found: set[int] = set()
+    stack = [r for r in roots if r in table]
+    while stack:
+        pid = stack.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        stack.extend(children.get(pid, ()))
+    return found
+
+
+def carries_token(pid: int, token: bytes) -> bool:
+    """Whether the process's environment holds ``DSH_TERMINAL_SESSION`` starting with ``token``."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return False
+    needle = SESSION_TOKEN_ENV.encode() + b"=" + token
+    return needle in env
+
+
+def with_token(token: bytes, table: dict[int, ProcessStat], skip: set[int]) -> set[int]:
+    """Pids in ``table`` (other than ``skip``) whose environment carries ``token``."""
+    me = os.getpid()
+    return {pid for pid in table if pid not in skip and pid != me and carries_token(pid, token)}
+
+
+def is_alive(ident: ProcessId) -> bool:
+    """True while the very process ``ident`` exists and is not a zombie."""
+    stat = read_stat(ident.pid)
+    return stat is not None and stat.start_time == ident.start_time and not stat.gone
+
+
+def send_signal(ident: ProcessId, sig: int) -> bool:
+    """Signal ``ident`` only if its pid still names the same process."""
+    stat = read_stat(ident.pid)
+    if stat is None or stat.start_time != ident.start_time:
+        return False
+    try:
+        os.kill(ident.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def make_leader_preexec(parent_pid: int):  # type: ignore[no-untyped-def]
+    """A ``preexec_fn`` for the session leader: become a child subreaper, die with our process."""
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def preexec() -> None:
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent_pid:  # parent died before prctl took effect
+            os._exit(1)
+        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+    return preexec
+
+
+@dataclass
+class TreeToEnd:
+    """One session's tree being ended: its leader, its token, what was seen of it."""
+
+    leader: ProcessId
+    token: bytes
+    leader_exited: bool
+    members: set[ProcessId]
+
+    def __init__(self, leader: ProcessId, token: bytes, leader_exited: bool) -> None:
+        self.leader = leader
+        self.token = token
+        self.leader_exited = leader_exited
+        self.members = set()
+
+
+def discover(trees: list[TreeToEnd]) -> dict[int, ProcessStat]:
+    """Refresh every tree's members from one scan of ``/proc``; return the table."""
+    table = process_table()
+    for tree in trees:
+        roots = [m.pid for m in tree.members | {tree.leader}
+                 if m.pid in table and table[m.pid].start_time == m.start_time]
+        pids = descendants(roots, table)
+        if tree.leader_exited:
+            pids |= with_token(tree.token, table, pids)
+        known = {m.pid: m for m in tree.members}
+        for pid in pids:
+            stat = table[pid]
+            ident = stat.ident
+            if pid in known and known[pid] != ident:
+                tree.members.discard(known[pid])
+            if pid == tree.leader.pid and ident != tree.leader:
+                continue
+            if not stat.gone:
+                tree.members.add(ident)
+    return table
+
+
+def _living(tree: TreeToEnd, table: dict[int, ProcessStat]) -> set[ProcessId]:
+    alive = set()
+    for ident in tree.members:
+        stat = table.get(ident.pid)
+        if stat is not None and stat.start_time == ident.start_time and not stat.gone:
+            alive.add(ident)
+    return alive
+
+
+async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -> dict[ProcessId, bool]:
+    """End every process of every tree; return only when none of them remains.
+
+    1. Polite: SIGTERM, SIGHUP and SIGCONT to every member except the leader
+       (which stays alive as the subreaper that keeps orphans in the tree),
+       then wait up to ``grace`` seconds for them to go.
+    2. Freeze: SIGSTOP every member, leader included, rescanning until a scan
+       finds nothing new, so a forking loop cannot outrun us.
+    3. SIGKILL all, then poll until no member is alive.
+
+    Returns ``{member: killed_by_sigkill}`` for reporting.
+    """
+    table = discover(trees)
+    others = [m for t in trees for m in _living(t, table) if m != t.leader]
+    forced: dict[ProcessId, bool] = {}
+    if others:
+        deadline = time.monotonic() + grace
+        signalled: set[ProcessId] = set()
+        while True:
+            pending = [m for t in trees for m in _living(t, table) if m != t.leader]
+            for member in pending:
+                if member not in signalled:
+                    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCONT):
+                        send_signal(member, sig)
+                    signalled.add(member)
+            if not pending or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(poll)
+            table = discover(trees)
+    await _freeze_all(trees)
+    for tree in trees:
+        for member in tree.members:
+            forced[member] = send_signal(member, signal.SIGKILL)
+    await _wait_all_gone(trees, poll)
+    return forced
+
+
+async def _freeze_all(trees: list[TreeToEnd]) -> None:
+    stopped: set[ProcessId] = set()
+    for _ in range(1000):
+        table = discover(trees)
+        fresh = [m for t in trees for m in _living(t, table) if m not in stopped]
+        if not fresh:
+            return
+        for member in fresh:
+            send_signal(member, signal.SIGSTOP)
+            stopped.add(member)
+        await asyncio.sleep(0)
+
+
+async def _wait_all_gone(trees: list[TreeToEnd], poll: float) -> None:
+    for tree in trees:
+        while True:
+            left = [m for m in tree.members if is_alive(m)]
+            if not left:
+                break
+            for member in left:
+                send_signal(member, signal.SIGKILL)
+            await asyncio.sleep(poll)

@@ -1,0 +1,278 @@
+"""Is the program waiting for me?  Observed from ``/proc``, not guessed.
+
+A program wants input when a thread of the terminal's foreground process
+group is blocked reading *this* terminal: in ``read``/``readv`` on the tty fd,
+or in ``select``/``poll``/``epoll`` with the tty among the fds it waits to
+read.  Three fences keep this from firing early (see FIELD-NOTES):
+
+* **fresh evidence** - a thread's wait counts only if its scheduler stats
+  changed since just before our write (or it is a new thread): a wait that
+  was already in progress before the write says nothing about our input;
+* **input consumed** - the tty's unread input (``TIOCINQ``) must be zero;
+* **atomic sample** - ``/proc`` reads are not atomic, so the scheduler stats
+  are read before and after the other reads and a moved sample is discarded.
+
+Short waits (timeout under :data:`SHORT_WAIT`) are housekeeping timers, not
+prompts.  Anything unreadable is a miss, never a hit.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import platform
+import struct
+import termios
+from dataclasses import dataclass, field
+
+from .process_tree import HAVE_PROC, process_table, read_stat
+
+#: Waits with a timeout shorter than this (seconds) are timers, not prompts.
+SHORT_WAIT = 0.05
+
+_SYSCALLS = {
+    "x86_64": {0: "read", 19: "readv", 7: "poll", 271: "ppoll", 23: "select", 270: "pselect6",
+               232: "epoll_wait", 281: "epoll_pwait", 441: "epoll_pwait2"},
+    "aarch64": {63: "read", 65: "readv", 73: "ppoll", 72: "pselect6", 22: "epoll_pwait",
+                441: "epoll_pwait2"},
+}.get(platform.machine(), {})
+
+_POLLIN = 0x1
+_EPOLLIN = 0x1
+
+
+@dataclass
+class Fence:
+    """Scheduler stats of the foreground group's threads taken just before a write."""
+
+    schedstat: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    accept_stale: bool = False
+
+
+class ReadinessProbe:
+    """Answers "is the foreground program blocked reading this tty?" for one session."""
+
+    def __init__(self, master_fd: int, slave_fd: int, tty_path: str, leader_pid: int) -> None:
+        self.master_fd = master_fd
+        self.slave_fd = slave_fd
+        self.tty_path = tty_path
+        self.leader_pid = leader_pid
+        self.available = HAVE_PROC and bool(_SYSCALLS)
+
+    # -- public ------------------------------------------------------------
+    def foreground_pgid(self) -> int:
+        """The tty's foreground process group, or 0 when not known yet."""
+        try:
+            return max(0, os.tcgetpgrp(self.master_fd))
+        except OSError:
+            return 0
+
+    def fence(self, accept_stale: bool = False) -> Fence:
+        """Snapshot taken right before writing input."""
+        fence = Fence(accept_stale=accept_stale)
+        pgid = self.foreground_pgid()
+        if not self.available or pgid <= 0:
+            return fence
+        for pid in self._group(pgid):
+            for tid in _threads(pid):
+                stat = _schedstat(pid, tid)
+                if stat is not None:
+                    fence.schedstat[(pid, tid)] = stat
+        return fence
+
+    def unread_input(self) -> int:
+        """Bytes written to the tty that no program has read yet (complete lines in canonical mode)."""
+        try:
+            buf = fcntl.ioctl(self.slave_fd, termios.TIOCINQ, b"\0\0\0\0")
+        except OSError:
+            return -1
+        return int(struct.unpack("i", buf)[0])
+
+    def waiting_for_input(self, fence: Fence) -> bool:
+        """True when the foreground group is observed blocked reading this tty, with fresh evidence."""
+        if not self.available:
+            return False
+        pgid = self.foreground_pgid()
+        if pgid <= 0 or self.unread_input() != 0:
+            return False
+        if pgid == self.leader_pid:
+            verdict = self._group_verdict([pgid], fence)
+            return verdict is True
+        verdict = self._group_verdict([pgid], fence)
+        if verdict is False:
+            return False
+        # The group's leader looks ready (or is gone): confirm with every member.
+        members = self._group(pgid)
+        return bool(members) and self._group_verdict(members, fence) is True
+
+    # -- internals ---------------------------------------------------------
+    def _group(self, pgid: int) -> list[int]:
+        if pgid == self.leader_pid:
+            return [pgid]
+        return [pid for pid, stat in process_table().items() if stat.pgrp == pgid and not stat.gone]
+
+    def _group_verdict(self, pids: list[int], fence: Fence) -> bool | None:
+        """True: someone reads the tty freshly and nobody runs; False: not ready; None: nobody seen."""
+        reading = False
+        seen = False
+        for pid in pids:
+            for tid in _threads(pid):
+                state = self._thread_state(pid, tid, fence)
+                if state is None:
+                    continue
+                seen = True
+                if state == "busy":
+                    return False
+                if state == "tty":
+                    reading = True
+        if not seen:
+            return None
+        return reading
+
+    def _thread_state(self, pid: int, tid: int, fence: Fence) -> str | None:
+        """``"tty"`` (fresh read wait on our tty), ``"busy"`` (running or unknown), ``"idle"``, or None (gone)."""
+        before = _schedstat(pid, tid)
+        if before is None:
+            return None
+        stat = read_stat(pid, tid)
+        if stat is None:
+            return None
+        if stat.gone:
+            return "idle"
+        if stat.state not in "St":
+            return "busy"
+        syscall = _read_text(f"/proc/{pid}/task/{tid}/syscall")
+        if syscall is None:
+            return "busy"
+        waits_on_tty = self._waits_on_tty(pid, syscall)
+        after = _schedstat(pid, tid)
+        if after != before:
+            return "busy"
+        if waits_on_tty is None:
+            return "idle" if stat.state == "t" else "busy"
+        if not waits_on_tty:
+            return "idle"
+        fresh = fence.accept_stale or fence.schedstat.get((pid, tid)) != after
+        return "tty" if fresh else "busy"
+
+    def _waits_on_tty(self, pid: int, syscall: str) -> bool | None:
+        """True/False for a blocking wait that does/doesn't read our tty; None if not blocked in a syscall."""
+        parts = syscall.split()
+        if not parts or parts[0] == "running" or parts[0] == "-1":
+            return None
+        try:
+            nr = int(parts[0])
+            args = [int(a, 16) for a in parts[1:7]]
+        except ValueError:
+            return None
+        name = _SYSCALLS.get(nr)
+        if name is None:
+            return False
+        try:
+            if name in ("read", "readv"):
+                return self._is_tty(pid, args[0])
+            if name in ("select", "pselect6"):
+                return self._select_reads_tty(pid, name, args)
+            if name in ("poll", "ppoll"):
+                return self._poll_reads_tty(pid, name, args)
+            return self._epoll_reads_tty(pid, name, args)
+        except (OSError, ValueError, struct.error):
+            return False
+
+    def _is_tty(self, pid: int, fd: int) -> bool:
+        try:
+            return os.readlink(f"/proc/{pid}/fd/{fd}") == self.tty_path
+        except OSError:
+            return False
+
+    def _select_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
+        nfds, readfds, timeout_ptr = args[0], args[1], args[4]
+        if not readfds or nfds <= 0 or nfds > 65536:
+            return False
+        if timeout_ptr:
+            sec, frac = struct.unpack("qq", _read_memory(pid, timeout_ptr, 16))
+            seconds = sec + frac / (1e9 if name == "pselect6" else 1e6)
+            if seconds < SHORT_WAIT:
+                return False
+        bits = _read_memory(pid, readfds, (nfds + 7) // 8)
+        for index, byte in enumerate(bits):
+            if byte:
+                for bit in range(8):
+                    fd = index * 8 + bit
+                    if fd < nfds and byte & (1 << bit) and self._is_tty(pid, fd):
+                        return True
+        return False
+
+    def _poll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
+        fds_ptr, nfds = args[0], args[1]
+        if name == "poll":
+            timeout = struct.unpack("i", struct.pack("I", args[2] & 0xFFFFFFFF))[0]
+            if 0 <= timeout < SHORT_WAIT * 1000:
+                return False
+        elif args[2]:
+            sec, nsec = struct.unpack("qq", _read_memory(pid, args[2], 16))
+            if sec + nsec / 1e9 < SHORT_WAIT:
+                return False
+        if not fds_ptr or nfds <= 0 or nfds > 65536:
+            return False
+        raw = _read_memory(pid, fds_ptr, 8 * nfds)
+        for fd, events, _ in struct.iter_unpack("ihh", raw):
+            if fd >= 0 and events & _POLLIN and self._is_tty(pid, fd):
+                return True
+        return False
+
+    def _epoll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
+        epfd = args[0]
+        if name == "epoll_pwait2":
+            if args[3]:
+                sec, nsec = struct.unpack("qq", _read_memory(pid, args[3], 16))
+                if sec + nsec / 1e9 < SHORT_WAIT:
+                    return False
+        else:
+            timeout = struct.unpack("i", struct.pack("I", args[3] & 0xFFFFFFFF))[0]
+            if 0 <= timeout < SHORT_WAIT * 1000:
+                return False
+        info = _read_text(f"/proc/{pid}/fdinfo/{epfd}")
+        if info is None:
+            return False
+        for line in info.splitlines():
+            if line.startswith("tfd:"):
+                fields = line.split()
+                fd = int(fields[1])
+                events = int(fields[3], 16)
+                if events & _EPOLLIN and self._is_tty(pid, fd):
+                    return True
+        return False
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def _schedstat(pid: int, tid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+
+
+def _read_memory(pid: int, address: int, size: int) -> bytes:
+    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
+    try:
+        data = os.pread(fd, size, address)
+    finally:
+        os.close(fd)
+    if len(data) != size:
+        raise ValueError("short read of process memory")
+    return data

@@ -1,0 +1,577 @@
+"""One PTY session: the process, its output, its sends.  Lives on the loop thread.
+
+Everything here runs on the private event loop (see :mod:`.event_loop`);
+nothing in this module is thread-safe on purpose.  Output is read as soon as
+the master is readable, so a busy notebook never leaves a child blocked on a
+full PTY and idle timing is never distorted.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal as signal_module
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Literal
+
+from ptyprocess import PtyProcess
+
+from ..errors import SessionBusyError, SessionNotRunningError, TerminalError
+from .backends import BASE_ENV, LaunchSpec
+from .output import OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
+from .process_tree import (SESSION_TOKEN_ENV, ProcessId, TreeToEnd, end_trees, make_leader_preexec,
+                           read_stat)
+from .readiness import Fence, ReadinessProbe
+
+WaitReason = Literal["stdin_read", "inferred_idle", "timeout", "session_exit"]
+SessionStatus = Literal["starting", "running", "exited", "closing", "closed"]
+
+#: First and largest gap between readiness checks while nothing is printed (seconds).
+MIN_TICK = 0.0005
+MAX_TICK = 0.05
+#: Largest text one send may write.
+MAX_SEND_BYTES = 1024 * 1024
+ENTER = b"\r"
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """Per-session limits and defaults (documented in the README)."""
+
+    rows: int = 40
+    cols: int = 160
+    scrollback_lines: int = 10_000
+    scrollback_chars: int = 4 * 1024 * 1024
+    raw_bytes: int = 1024 * 1024
+    start_timeout: float = 10.0
+    close_grace: float = 2.0
+
+
+@dataclass(frozen=True)
+class SendRequest:
+    """What to write and how long to wait.
+
+    ``text`` is written as is (plus Enter, a CR, when ``submit``).  The wait
+    ends at the first of: the program reads the tty again (``stdin_read``),
+    ``idle`` seconds without output (``inferred_idle``), ``timeout`` seconds
+    (``timeout``), or the session's process exits (``session_exit``).
+    ``viewport_chars`` bounds the output kept for the result (newest kept).
+    """
+
+    text: str = ""
+    submit: bool = True
+    timeout: float = 30.0
+    idle: float = 3.0
+    viewport_chars: int = 1024 * 1024
+
+    def payload(self) -> bytes:
+        data = self.text.encode("utf-8", "surrogateescape")
+        return data + ENTER if self.submit else data
+
+
+@dataclass
+class SendResult:
+    """The outcome of one send."""
+
+    wait_reason: WaitReason
+    viewport: str
+    viewport_truncated: bool
+    session_status: SessionStatus
+    exit_code: int | None
+    cancelled: bool = False
+    bell: bool = False
+    elapsed: float = 0.0
+
+
+@dataclass
+class SessionInfo:
+    """A snapshot of a session for listings."""
+
+    session_id: str
+    name: str | None
+    type: str
+    pid: int | None
+    status: SessionStatus
+    motd: str = ""
+    exit_status: int | None = None
+    last_wait_reason: str | None = None
+    last_exit_code: int | None = None
+    rows: int = 40
+    cols: int = 160
+
+
+@dataclass
+class Page:
+    """A page of retained output."""
+
+    lines: list[str]
+    line_begin: int
+    line_end: int
+    total_lines: int
+    truncated: bool
+
+
+class SendOperation:
+    """A send in progress.  Create with :meth:`Session.start_send`; loop-thread only.
+
+    ``future`` resolves to a :class:`SendResult`; :meth:`cancel` interrupts the
+    foreground program (SIGINT to its process group) and ends the wait once it
+    is back at a prompt; :meth:`read_output` returns finished lines produced
+    since the previous call (never the same text twice).
+    """
+
+    def __init__(self, session: "Session", request: SendRequest, holder: str) -> None:
+        self.session = session
+        self.request = request
+        self.holder = holder
+        self.future: asyncio.Future[SendResult] = session.loop.create_future()
+        self.start_line = session.scrollback.completed_lines + 1
+        self._cursor = self.start_line
+        self.cancel_requested = False
+        self.exit_code: int | None = None
+        self.marker_seen = False
+        self.bell = False
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.future.done()
+
+    def cancel(self) -> None:
+        """Interrupt: SIGINT to the foreground group; the wait then ends at the next prompt."""
+        if self.future.done() or self.cancel_requested:
+            return
+        self.cancel_requested = True
+        self.session.interrupt_foreground()
+        self.session.wake()
+
+    def read_output(self) -> str:
+        """Finished lines since the last call; once done, also the final unfinished line."""
+        sb = self.session.scrollback
+        lines, self._cursor, dropped = sb.completed_since(self._cursor)
+        text = "\n".join(lines) + ("\n" if lines else "")
+        if dropped:
+            text = f"[{dropped} lines dropped: scrollback overflowed]\n" + text
+        if self.future.done() and self._cursor == sb.completed_lines + 1:
+            tail = sb.partial_line
+            if tail:
+                text += tail
+                self._cursor += 1
+        return text
+
+
+class Session:
+    """A PTY running one backend process, with its output and at most one send at a time."""
+
+    def __init__(self, *, session_id: str, owner: object, name: str | None, type_name: str,
+                 spec: LaunchSpec, cwd: str, token: str, options: SessionOptions,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.session_id = session_id
+        self.owner = owner
+        self.name = name
+        self.type = type_name
+        self.spec = spec
+        self.cwd = cwd
+        self.token = token
+        self.options = options
+        self.loop = loop
+        self.status: SessionStatus = "starting"
+        self.exit_status: int | None = None
+        self.motd = ""
+        self.scrollback = ScrollbackBuffer(options.scrollback_lines, options.scrollback_chars)
+        self.raw = RawRing(options.raw_bytes)
+        self.normalizer = OutputNormalizer()
+        self.reservation: str | None = None
+        self.operation: SendOperation | None = None
+        self.last_exit_code: int | None = None
+        self.last_wait_reason: str | None = None
+        self.last_output = 0.0
+        self.alternate_screen = False
+        self.application_cursor = False
+        self.listeners: list[Callable[[], None]] = []
+        self._wakeup: asyncio.Future[None] | None = None
+        self._proc: PtyProcess | None = None
+        self._leader: ProcessId | None = None
+        self._slave_fd = -1
+        self._pidfd = -1
+        self._closing: asyncio.Future[None] | None = None
+        self.probe: ReadinessProbe | None = None
+
+    # -- lifecycle -----------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def spawn(self) -> None:
+        """Start the backend process on a new PTY (runs on the loop thread)."""
+        env = dict(os.environ)
+        env.pop("PROMPT_COMMAND", None)
+        env.update(BASE_ENV)
+        for key, value in self.spec.env.items():  # an empty value unsets
+            if value:
+                env[key] = value
+            else:
+                env.pop(key, None)
+        env[SESSION_TOKEN_ENV] = self.token
+        try:
+            proc = PtyProcess.spawn(self.spec.argv, cwd=self.cwd, env=env,
+                                    dimensions=(self.options.rows, self.options.cols),
+                                    preexec_fn=make_leader_preexec(os.getpid()))
+        except Exception as exc:
+            raise TerminalError(f"could not start {self.type!r} session ({' '.join(self.spec.argv)}): {exc}; "
+                                "check that the program is installed") from exc
+        proc.delayafterclose = 0
+        proc.delayafterterminate = 0
+        self._proc = proc
+        os.set_blocking(proc.fd, False)
+        tty_path = os.readlink(f"/proc/{proc.pid}/fd/0") if os.path.exists("/proc/self/fd") else ""
+        try:
+            self._slave_fd = os.open(tty_path or os.ttyname(proc.fd), os.O_RDWR | os.O_NOCTTY)
+        except OSError:
+            self._slave_fd = -1
+        stat = read_stat(proc.pid)
+        self._leader = ProcessId(proc.pid, stat.start_time if stat else 0)
+        self.probe = ReadinessProbe(proc.fd, self._slave_fd, tty_path, proc.pid)
+        self.loop.add_reader(proc.fd, self._on_readable)
+        try:
+            self._pidfd = os.pidfd_open(proc.pid)
+            self.loop.add_reader(self._pidfd, self._on_leader_exit)
+        except (AttributeError, OSError):
+            self._pidfd = -1
+            self.loop.call_later(0.05, self._poll_leader_exit)
+        self.status = "running"
+
+    async def wait_started(self) -> str:
+        """Wait for the first prompt (bounded); return the bounded start-up output."""
+        op = self.start_send(SendRequest(text="", submit=False, timeout=self.options.start_timeout,
+                                         idle=self.options.start_timeout), holder="start-up")
+        result = await op.future
+        startup = result.viewport.strip()
+        self.motd = "\n".join(filter(None, [self.spec.description, startup[-1024:]]))
+        return self.motd
+
+    def _on_leader_exit(self) -> None:
+        if self._pidfd >= 0:
+            self.loop.remove_reader(self._pidfd)
+        self._reap_leader()
+
+    def _poll_leader_exit(self) -> None:
+        if self.status in ("running", "starting"):
+            if not self._reap_leader():
+                self.loop.call_later(0.05, self._poll_leader_exit)
+
+    def _reap_leader(self) -> bool:
+        assert self._proc is not None
+        try:
+            pid, status = os.waitpid(self._proc.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self._proc.pid, -1
+        if pid == 0:
+            return False
+        self.exit_status = os.waitstatus_to_exitcode(status) if status >= 0 else None
+        self._proc.terminated = True
+        self._drain()
+        if self.status in ("running", "starting"):
+            self.status = "exited"
+        self.wake()
+        return True
+
+    def close_fds(self) -> None:
+        if self._proc is not None and not self._proc.closed:
+            try:
+                self.loop.remove_reader(self._proc.fd)
+            except (ValueError, OSError):
+                pass
+            try:
+                os.close(self._proc.fd)
+            except OSError:
+                pass
+            self._proc.closed = True
+            self._proc.fd = -1
+            self._proc.fileobj = None  # type: ignore[assignment]
+        for attr in ("_slave_fd", "_pidfd"):
+            fd = getattr(self, attr)
+            if fd >= 0:
+                if attr == "_pidfd":
+                    try:
+                        self.loop.remove_reader(fd)
+                    except (ValueError, OSError):
+                        pass
+                os.close(fd)
+                setattr(self, attr, -1)
+
+    async def close(self) -> bool:
+        """End the whole process tree, reap, close fds.  False if a close was already running."""
+        if self._closing is not None:
+            await asyncio.shield(self._closing)
+            return False
+        self._closing = self.loop.create_future()
+        try:
+            await close_sessions([self])
+        finally:
+            self._closing.set_result(None)
+        return True
+
+    def begin_close(self) -> TreeToEnd | None:
+        self.status = "closing"
+        if self.operation is not None:
+            self.operation.cancel_requested = True
+        self.wake()
+        if self._leader is None:
+            return None
+        leader_gone = self.exit_status is not None or self._proc is None or self._proc.terminated
+        return TreeToEnd(self._leader, self.token.encode(), leader_gone)
+
+    def finish_close(self) -> None:
+        if self._proc is not None and not self._proc.terminated:
+            try:
+                pid, status = os.waitpid(self._proc.pid, 0)
+                self.exit_status = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                pass
+            self._proc.terminated = True
+        self._drain()
+        self.close_fds()
+        self.status = "closed"
+        self.wake()
+        for listener in list(self.listeners):
+            listener()
+
+    # -- output ---------------------------------------------------------------
+    def _on_readable(self) -> None:
+        assert self._proc is not None
+        chunks = []
+        for _ in range(32):
+            try:
+                data = os.read(self._proc.fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                self.loop.remove_reader(self._proc.fd)
+                break
+            if not data:
+                self.loop.remove_reader(self._proc.fd)
+                break
+            chunks.append(data)
+        if chunks:
+            self._ingest(b"".join(chunks))
+
+    def _drain(self) -> None:
+        if self._proc is not None and not self._proc.closed:
+            self._on_readable()
+
+    def _ingest(self, data: bytes) -> None:
+        self.raw.append(data)
+        text, events = self.normalizer.feed(data)
+        self.scrollback.append(text)
+        if events:
+            self._handle_events(events)
+        self.last_output = time.monotonic()
+        self.wake()
+        for listener in self.listeners:
+            listener()
+
+    def _handle_events(self, events: TerminalEvents) -> None:
+        replies = b""
+        if events.cursor_position_requests:
+            col = min(len(self.scrollback.partial_line) + 1, self.options.cols)
+            replies += f"\x1b[{self.options.rows};{col}R".encode() * events.cursor_position_requests
+        if events.device_attribute_requests:
+            replies += b"\x1b[?1;2c" * events.device_attribute_requests
+        if replies:
+            self._write_now(replies)
+        if events.exit_codes:
+            self.last_exit_code = events.exit_codes[-1]
+            if self.operation is not None:
+                self.operation.exit_code = events.exit_codes[-1]
+                self.operation.marker_seen = True
+        if events.bells and self.operation is not None:
+            self.operation.bell = True
+        if events.alternate_screen is not None:
+            self.alternate_screen = events.alternate_screen
+        if events.application_cursor is not None:
+            self.application_cursor = events.application_cursor
+
+    def wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    async def _sleep_until_output(self, delay: float) -> None:
+        self._wakeup = self.loop.create_future()
+        handle = self.loop.call_later(max(delay, 0.0), self.wake)
+        try:
+            await self._wakeup
+        finally:
+            handle.cancel()
+            self._wakeup = None
+
+    # -- input ------------------------------------------------------------------
+    def _write_now(self, data: bytes) -> int:
+        if self._proc is None or self._proc.closed:
+            return 0
+        try:
+            return os.write(self._proc.fd, data)
+        except (BlockingIOError, InterruptedError):
+            return 0
+        except OSError:
+            return 0
+
+    async def _write_all(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = self._write_now(bytes(view[:4096]))
+            view = view[written:]
+            if view:
+                if self.status not in ("running", "starting"):
+                    return
+                await self._writable()
+
+    async def _writable(self) -> None:
+        assert self._proc is not None
+        ready = self.loop.create_future()
+        fd = self._proc.fd
+        self.loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+        try:
+            await asyncio.wait_for(ready, timeout=0.05)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.loop.remove_writer(fd)
+
+    def check_can_send(self) -> None:
+        """Raise unless a send may start now."""
+        if self.status in ("closing", "closed"):
+            raise SessionNotRunningError(
+                f"terminal session {self.session_id!r} is closing: open a new session with terminal_open")
+        if self.status == "exited":
+            raise SessionNotRunningError(
+                f"terminal session {self.session_id!r} has exited (status {self.exit_status}): "
+                "read its output with terminal_read, then close it with terminal_close")
+        if self.reservation is not None:
+            raise SessionBusyError(
+                f"terminal session {self.session_id!r} is busy: {self.reservation} holds its send reservation; "
+                "wait for it (job_output) or stop it (job_kill), then send again")
+
+    def start_send(self, request: SendRequest, holder: str) -> SendOperation:
+        """Take the send reservation now and start writing and waiting; returns the operation."""
+        self.check_can_send()
+        op = SendOperation(self, request, holder)
+        self.reservation = holder
+        self.operation = op
+        op.task = self.loop.create_task(self._run_send(op))
+        return op
+
+    async def _run_send(self, op: SendOperation) -> None:
+        try:
+            result = await self._send_and_wait(op)
+        except BaseException as exc:  # the reservation must never leak
+            self._release(op)
+            if not op.future.done():
+                op.future.set_exception(exc if isinstance(exc, Exception) else TerminalError("send cancelled"))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._release(op)
+        self.last_wait_reason = result.wait_reason
+        op.future.set_result(result)
+
+    def _release(self, op: SendOperation) -> None:
+        if self.operation is op:
+            self.operation = None
+            self.reservation = None
+        for listener in list(self.listeners):
+            listener()
+
+    async def _send_and_wait(self, op: SendOperation) -> SendResult:
+        request = op.request
+        payload = request.payload()
+        started = time.monotonic()
+        fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
+        await self._write_all(payload)
+        written_at = time.monotonic()
+        written_chars = self.scrollback.chars_written
+        deadline = started + request.timeout
+        tick = MIN_TICK
+        seen_output = self.scrollback.chars_written
+        while True:
+            if self.status not in ("running", "starting"):
+                reason: WaitReason = "session_exit"
+                break
+            if self._ready(op, fence, written_chars if payload and not request.submit else -1):
+                self._drain()
+                reason = "stdin_read"
+                break
+            now = time.monotonic()
+            if op.cancel_requested and now - written_at > 5.0:
+                reason = "timeout"
+                break
+            idle_at = max(self.last_output, written_at) + request.idle
+            if now >= deadline:
+                reason = "timeout"
+                break
+            if now >= idle_at and not op.cancel_requested:
+                reason = "inferred_idle"
+                break
+            await self._sleep_until_output(min(tick, deadline - now, max(idle_at - now, 0.0005)))
+            if self.scrollback.chars_written != seen_output:
+                seen_output = self.scrollback.chars_written
+                tick = MIN_TICK
+            else:
+                tick = min(tick * 2, MAX_TICK)
+        viewport, cut = self.scrollback.text_since(op.start_line, request.viewport_chars)
+        status = self.status if self.status != "starting" else "running"
+        exit_code = self.exit_status if reason == "session_exit" else op.exit_code
+        return SendResult(reason, viewport, cut, status, exit_code, op.cancel_requested, op.bell,
+                          time.monotonic() - started)
+
+    def _ready(self, op: SendOperation, fence: Fence, partial_from: int) -> bool:
+        """Is the program waiting for input?  ``partial_from``: output count at the write of
+        unsubmitted text (-1 otherwise)."""
+        probe = self.probe
+        if probe is not None and probe.available:
+            if probe.waiting_for_input(fence):
+                return True
+            # Canonical-mode readers do not wake for a partial line: once its echo is
+            # back and nothing is left unread, a wait already in progress is the answer.
+            if partial_from >= 0 and not fence.accept_stale and self.scrollback.chars_written > partial_from:
+                fence.accept_stale = probe.unread_input() == 0
+                return fence.accept_stale and probe.waiting_for_input(fence)
+            return False
+        # No /proc: the shell marker, with the shell back in the foreground.
+        return op.marker_seen and probe is not None and probe.foreground_pgid() == self.pid
+
+    # -- signals ---------------------------------------------------------------
+    def foreground_pgid(self) -> int:
+        return self.probe.foreground_pgid() if self.probe else 0
+
+    def interrupt_foreground(self) -> None:
+        pgid = self.foreground_pgid()
+        if pgid > 0:
+            try:
+                os.killpg(pgid, signal_module.SIGINT)
+            except OSError:
+                pass
+
+    def snapshot(self) -> SessionInfo:
+        return SessionInfo(self.session_id, self.name, self.type, self.pid, self.status, self.motd,
+                           self.exit_status, self.last_wait_reason, self.last_exit_code,
+                           self.options.rows, self.options.cols)
+
+
+async def close_sessions(sessions: list[Session]) -> None:
+    """End the trees of several sessions together (one ``/proc`` scan per round for all)."""
+    trees = []
+    for session in sessions:
+        tree = session.begin_close()
+        if tree is not None:
+            trees.append(tree)
+    grace = max((s.options.close_grace for s in sessions), default=0.0)
+    if trees:
+        await end_trees(trees, grace)
+    for session in sessions:
+        if session.operation is not None and session.operation.task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(session.operation.future), timeout=5)
+            except Exception:
+                pass
+        session.finish_close()
