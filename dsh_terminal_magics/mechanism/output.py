@@ -31,7 +31,7 @@ _ESCAPE = re.compile(
 #: The start of an escape sequence that has not finished yet (held for the next chunk).
 _UNFINISHED = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)\Z")
 #: C0/C1 controls other than TAB, LF, CR and BS.
-_CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f\x80-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
 _EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:\x07|\x1b\\)")
 _SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1)([hl])")
 _DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")

@@ -1,0 +1,79 @@
+"""Shared fixtures.  Every test is checked for leaked session processes and PTY fds."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Iterator
+
+import pytest
+
+from dsh_terminal_magics import Agent
+from dsh_terminal_magics.mechanism import SessionManager
+from dsh_terminal_magics.mechanism.event_loop import EventLoopThread
+from dsh_terminal_magics.mechanism.manager import _PROCESS_TOKEN
+from dsh_terminal_magics.mechanism.process_tree import process_table, with_token
+from dsh_terminal_magics.mechanism.watchdog import Watchdog
+
+
+def session_processes() -> set[int]:
+    """Live processes of this test process's sessions (found by their token)."""
+    table = process_table()
+    return {p for p in with_token(_PROCESS_TOKEN.encode(), table, set()) if not table[p].gone}
+
+
+def pty_fds() -> set[str]:
+    """This process's open PTY and pidfd descriptors, as 'fd->target'."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/dev/pts/") or target == "/dev/ptmx" or "pidfd" in target:
+            out.add(f"{fd}->{target}")
+    return out
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.01) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _warm_loop() -> Iterator[None]:
+    EventLoopThread.shared()
+    Watchdog.ensure(_PROCESS_TOKEN)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def no_leaks() -> Iterator[None]:
+    """Fail a test that leaves a session process alive or a PTY fd open."""
+    procs_before = session_processes()
+    fds_before = pty_fds()
+    yield
+    deadline = time.monotonic() + 10
+    while session_processes() - procs_before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    leaked = session_processes() - procs_before
+    assert not leaked, f"test leaked session processes: {sorted(leaked)}"
+    assert pty_fds() - fds_before == set(), f"test leaked fds: {sorted(pty_fds() - fds_before)}"
+
+
+@pytest.fixture
+def manager() -> Iterator[SessionManager]:
+    m = SessionManager()
+    yield m
+    m.shutdown()
+
+
+@pytest.fixture
+def agent() -> Agent:
+    return Agent("tester")

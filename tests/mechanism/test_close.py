@@ -1,0 +1,109 @@
+"""Close ends the whole captured tree; repeated cycles leak nothing."""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+from dsh_terminal_magics.mechanism import SendRequest
+from dsh_terminal_magics.mechanism.process_tree import ProcessId, is_alive, read_stat
+
+ESCAPERS = {
+    "child": "sleep 1000 & echo CHILD=$!",
+    "grandchild": "bash -c 'sleep 1000 & echo GRANDCHILD=$!; wait' &",
+    "nohup": "nohup sleep 1000 >/dev/null 2>&1 & echo NOHUP=$!",
+    "setsid": "setsid sh -c 'echo SETSID=$$; exec sleep 1000' &",
+    "double_fork": "( (sleep 1000 & echo DOUBLEFORK=$!) & )",
+    "ignores_term_hup": "(trap '' TERM HUP INT; exec sleep 1000) & echo IGNORER=$!",
+    "setsid_daemon_ignoring_all": "setsid bash -c \"trap '' TERM HUP INT QUIT USR1 USR2; echo DAEMONSH=\\$\\$; "
+                                  "(sleep 1000 & echo DAEMON=\\$!) ; sleep 1000\" & ",
+}
+
+
+def collect_pids(text: str) -> list[ProcessId]:
+    out = []
+    for pid in map(int, re.findall(r"[A-Z]+=(\d+)", text)):
+        stat = read_stat(pid)
+        assert stat is not None, f"process {pid} should be running"
+        out.append(ProcessId(pid, stat.start_time))
+    return out
+
+
+def test_close_ends_every_escaping_descendant(manager, agent):
+    info = manager.spawn(agent, "shell")
+    sid = info.session_id
+    text = ""
+    for command in ESCAPERS.values():
+        manager.send(agent, sid, SendRequest(command, timeout=10))
+    r = manager.send(agent, sid, SendRequest("sleep 0.3; echo done", timeout=10))
+    assert "done" in r.viewport
+    text = "\n".join(manager.read(agent, sid, 0, 200).lines)
+    pids = collect_pids(text)
+    assert len(pids) >= len(ESCAPERS), text
+    assert all(is_alive(p) for p in pids)
+    started = time.monotonic()
+    assert manager.kill(agent, sid) is True
+    elapsed = time.monotonic() - started
+    survivors = [p for p in pids if is_alive(p)]
+    assert survivors == [], f"alive after close: {survivors}"
+    assert not is_alive(ProcessId(info.pid, read_stat(info.pid).start_time)) if read_stat(info.pid) else True
+    assert elapsed < 10
+
+
+def test_idle_shell_closes_fast_and_leader_is_reaped(manager, agent):
+    info = manager.spawn(agent, "shell")
+    assert manager.kill(agent, info.session_id) is True
+    assert read_stat(info.pid) is None  # reaped, not a zombie
+    assert manager.list(agent) == []
+
+
+def test_second_close_while_first_runs_is_already_closing(manager, agent):
+    info = manager.spawn(agent, "shell")
+    manager.send(agent, info.session_id, SendRequest("(trap '' TERM HUP; exec sleep 1000) &", timeout=10))
+    results = []
+    first = threading.Thread(target=lambda: results.append(manager.kill(agent, info.session_id)))
+    first.start()
+    session = None
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        listed = manager.list(agent)
+        if listed and listed[0].status == "closing":
+            session = listed[0]
+            break
+        time.sleep(0.005)
+    assert session is not None
+    second = manager.kill(agent, info.session_id)
+    first.join(30)
+    assert results == [True] and second is False
+
+
+def fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def zombie_children() -> int:
+    me = os.getpid()
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = read_stat(int(name))
+            if stat and stat.ppid == me and stat.state == "Z":
+                count += 1
+    return count
+
+
+def test_many_cycles_leave_fds_threads_and_zombies_unchanged(manager, agent):
+    def cycle():
+        info = manager.spawn(agent, "shell")
+        r = manager.send(agent, info.session_id, SendRequest("echo cycle"))
+        assert r.wait_reason == "stdin_read"
+        manager.kill(agent, info.session_id)
+
+    for _ in range(5):
+        cycle()
+    before = (fd_count(), threading.active_count(), zombie_children())
+    for _ in range(200):
+        cycle()
+    after = (fd_count(), threading.active_count(), zombie_children())
+    assert after == before

@@ -1,0 +1,121 @@
+"""The output normaliser and scrollback, as pure functions (plus property tests)."""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsh_terminal_magics.mechanism.output import OutputNormalizer, RawRing, ScrollbackBuffer, render_line
+
+
+def normalise(*chunks: bytes) -> ScrollbackBuffer:
+    n, sb = OutputNormalizer(), ScrollbackBuffer()
+    for chunk in chunks:
+        text, _ = n.feed(chunk)
+        sb.append(text)
+    return sb
+
+
+def lines_of(sb: ScrollbackBuffer) -> list[str]:
+    return list(sb.iter_lines(1, sb.total_lines))
+
+
+def test_crlf_cr_backspace_and_bel():
+    sb = normalise(b"one\r\ntwo\r\n10%\r50%\r100%\r\nab\bc\x07\n")
+    assert lines_of(sb) == ["one", "two", "100%", "ac"]
+
+
+def test_escape_split_across_chunks_is_removed():
+    sb = normalise(b"red: \x1b[3", b"1mRED\x1b[0m \x1b]0;ti", b"tle\x07done\n")
+    assert lines_of(sb) == ["red: RED done"]
+
+
+def test_utf8_split_across_chunks_and_invalid_bytes():
+    data = "héllo ✓\n".encode()
+    sb = normalise(data[:2], data[2:8], data[8:], b"bad \xff\xfe\n")
+    assert lines_of(sb) == ["héllo ✓", "bad \ufffd\ufffd"]
+
+
+def test_events_are_reported():
+    n = OutputNormalizer()
+    _, ev = n.feed(b"\x1b]133;D;7\x07\x1b[6n\x1b[?1049h\x07")
+    assert ev.exit_codes == [7] and ev.cursor_position_requests == 1
+    assert ev.alternate_screen is True and ev.bells == 1
+
+
+def test_progress_without_newline_stays_small():
+    sb = ScrollbackBuffer()
+    for i in range(100_000):
+        sb.append(f"\rprogress {i}")
+    assert sb.partial_line == "progress 99999"
+    assert sb.completed_lines == 0
+
+
+def test_bounds_and_numbering():
+    sb = ScrollbackBuffer(max_lines=100, max_chars=10_000)
+    sb.append("".join(f"line {i}\n" for i in range(1, 1001)))
+    assert sb.first_line == 901 and sb.completed_lines == 1000
+    lines, begin, end, total = sb.page(0, 5)
+    assert (begin, end, total) == (996, 1000, 1000)
+    assert lines == [f"line {i}" for i in range(996, 1001)]
+    lines, begin, end, total = sb.page(10, 5)
+    assert lines[-1] == "line 990" and end == 990
+    lines, begin, end, _ = sb.page(0, 5000)
+    assert begin == 901 and len(lines) == 100
+
+
+def test_long_line_is_cut_and_marked():
+    sb = ScrollbackBuffer(max_line_chars=1000)
+    for _ in range(100):
+        sb.append("x" * 500)
+    sb.append("\nnext\n")
+    first = next(sb.iter_lines(1, 1))
+    assert first.endswith(ScrollbackBuffer.LINE_CUT_MARKER) and len(first) < 1100
+
+
+def test_completed_since_never_repeats():
+    sb = ScrollbackBuffer()
+    sb.append("a\nb\npartial")
+    lines, nxt, dropped = sb.completed_since(1)
+    assert lines == ["a", "b"] and nxt == 3 and dropped == 0
+    sb.append(" done\nc\n")
+    lines, nxt, _ = sb.completed_since(nxt)
+    assert lines == ["partial done", "c"]
+
+
+def test_raw_ring_keeps_newest():
+    ring = RawRing(capacity=10)
+    for i in range(100):
+        ring.append(bytes([i]))
+    assert ring.tail() == bytes(range(90, 100))
+    data, lost = ring.since(50)
+    assert data[-10:] == bytes(range(90, 100)) and lost >= 0
+
+
+def test_render_line():
+    assert render_line("abc\r") == "abc"
+    assert render_line("abc\rxy") == "xy"
+    assert render_line("a\b\bb") == "b"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=20))
+def test_any_bytes_never_crash_and_leave_no_escapes(chunks):
+    sb = normalise(*chunks)
+    for line in lines_of(sb):
+        assert "\x1b" not in line and "\n" not in line and "\r" not in line
+        assert all(ord(c) >= 0x20 or c == "\t" for c in line)
+
+
+escape_atoms = st.sampled_from([b"\x1b[", b"\x1b]", b"\x07", b"\x1b\\", b"31m", b"\r", b"\n", b"\b", b"\x9b",
+                                b"\x1b]52;c;", b"\x1b]8;;http://e\x07", b"text", b"\xe2\x9c", b"\x93", b";"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(escape_atoms, max_size=60), st.integers(min_value=1, max_value=7))
+def test_escape_storms_in_any_chunking(atoms, step):
+    data = b"".join(atoms)
+    whole = normalise(data)
+    parts = normalise(*[data[i:i + step] for i in range(0, len(data), step)])
+    for line in lines_of(parts):
+        assert "\x1b" not in line
+    assert whole.completed_lines == parts.completed_lines

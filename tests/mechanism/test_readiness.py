@@ -1,0 +1,167 @@
+"""The wait-reason matrix with real bash and python3: what comes back, and when."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from dsh_terminal_magics.mechanism import SendRequest
+
+
+def send(manager, agent, sid, text, **kw):
+    return manager.send(agent, sid, SendRequest(text, **kw))
+
+
+@pytest.fixture
+def shell(manager, agent):
+    info = manager.spawn(agent, "shell")
+    yield info.session_id
+    manager.kill(agent, info.session_id)
+
+
+def test_echo_returns_at_the_prompt_with_exit_code_zero(manager, agent, shell):
+    r = send(manager, agent, shell, "echo hi")
+    assert r.wait_reason == "stdin_read"
+    assert r.viewport.splitlines()[1:] == ["hi", "$ "]
+    assert r.exit_code == 0
+    assert r.session_status == "running"
+
+
+def test_false_reports_exit_code_one(manager, agent, shell):
+    r = send(manager, agent, shell, "false")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 1)
+
+
+def test_python_repl_backend(manager, agent):
+    info = manager.spawn(agent, "python")
+    try:
+        r = send(manager, agent, info.session_id, "print(2+2)")
+        assert r.wait_reason == "stdin_read"
+        assert r.viewport.splitlines()[-2:] == ["4", ">>> "]
+    finally:
+        manager.kill(agent, info.session_id)
+
+
+def test_bash_read_builtin_waits_then_takes_the_answer(manager, agent, shell):
+    r = send(manager, agent, shell, "read x")
+    assert r.wait_reason == "stdin_read"
+    assert r.exit_code is None  # no prompt came back: the command is still running
+    r = send(manager, agent, shell, "forty two")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 0)
+    r = send(manager, agent, shell, 'echo "[$x]"')
+    assert "[forty two]" in r.viewport
+
+
+def test_cat_echoes_each_line(manager, agent, shell):
+    assert send(manager, agent, shell, "cat").wait_reason == "stdin_read"
+    r = send(manager, agent, shell, "hello cat")
+    assert r.wait_reason == "stdin_read"
+    assert r.viewport.count("hello cat") == 2  # the tty's echo and cat's copy
+    manager.signal(agent, shell, "SIGINT")
+
+
+def test_pipeline_reader_waits_for_whole_pipeline(manager, agent, shell):
+    send(manager, agent, shell, "cat | tr a-z A-Z")
+    for i in range(20):
+        r = send(manager, agent, shell, f"line {i}")
+        assert r.wait_reason == "stdin_read"
+        assert f"LINE {i}" in r.viewport, r.viewport
+    manager.signal(agent, shell, "SIGINT")
+
+
+def test_python_input_prompt(manager, agent, shell):
+    r = send(manager, agent, shell, f"{sys.executable} -c 'print(\"hi \" + input(\"name? \"))'")
+    assert r.wait_reason == "stdin_read"
+    assert r.viewport.endswith("name? ")
+    r = send(manager, agent, shell, "Ada")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 0)
+    assert "hi Ada" in r.viewport
+
+
+def test_sleep_is_never_mistaken_for_a_prompt(manager, agent, shell):
+    r = send(manager, agent, shell, "sleep 2")
+    assert r.wait_reason == "stdin_read"
+    assert r.elapsed >= 1.9
+    assert r.exit_code == 0
+
+
+def test_cpu_loop_times_out(manager, agent, shell):
+    r = send(manager, agent, shell, "while :; do :; done", timeout=1.0)
+    assert r.wait_reason == "timeout"
+    assert r.session_status == "running"
+    manager.signal(agent, shell, "SIGINT")
+    r = send(manager, agent, shell, "echo back")
+    assert r.wait_reason == "stdin_read" and "back" in r.viewport
+
+
+def test_reader_blocked_on_a_pipe_is_not_waiting_on_the_terminal(manager, agent, shell):
+    r = send(manager, agent, shell, "sleep 100 | cat", timeout=1.5)
+    assert r.wait_reason == "timeout"
+    manager.signal(agent, shell, "SIGINT")
+
+
+def test_quiet_command_is_inferred_idle(manager, agent, shell):
+    r = send(manager, agent, shell, "sleep 30", idle=0.3, timeout=10)
+    assert r.wait_reason == "inferred_idle"
+    manager.signal(agent, shell, "SIGINT")
+
+
+def test_exit_reports_session_exit_with_status(manager, agent, shell):
+    r = send(manager, agent, shell, "exit 3")
+    assert (r.wait_reason, r.exit_code, r.session_status) == ("session_exit", 3, "exited")
+
+
+def test_progress_bar_keeps_its_last_state(manager, agent, shell):
+    send(manager, agent, shell, r"for i in 1 2 3; do printf '\rprogress %d%%' $((i*33)); done; echo")
+    page = manager.read(agent, shell, 0, 10)
+    bars = [line for line in page.lines if line.startswith("progress")]
+    assert bars == ["progress 99%"]
+
+
+def test_unsubmitted_text_to_a_canonical_reader_is_still_a_prompt(manager, agent, shell):
+    send(manager, agent, shell, "cat")
+    r = send(manager, agent, shell, "partial", submit=False, idle=20)
+    assert r.wait_reason == "stdin_read"
+    r = send(manager, agent, shell, " line")
+    assert "partial line" in r.viewport
+    manager.signal(agent, shell, "SIGINT")
+
+
+def test_nothing_sent_reports_current_state(manager, agent, shell):
+    r = send(manager, agent, shell, "", submit=False, idle=20)
+    assert r.wait_reason == "stdin_read"
+
+
+def test_user_rc_cannot_break_the_markers(manager, agent, tmp_path, monkeypatch):
+    rc = tmp_path / "hostile_rc"
+    rc.write_text("PS1='mine> '\nPROMPT_COMMAND='echo clobbered'\nbind 'set enable-bracketed-paste on'\n")
+    monkeypatch.setenv("DSH_TERMINAL_USER_RC", str(rc))
+    info = manager.spawn(agent, "shell")
+    try:
+        r = send(manager, agent, info.session_id, "false")
+        assert (r.wait_reason, r.exit_code) == ("stdin_read", 1)
+        assert r.viewport.endswith("$ ") and "clobbered" not in r.viewport
+        assert "\x1b" not in r.viewport
+    finally:
+        manager.kill(agent, info.session_id)
+
+
+def test_marker_fallback_without_proc(manager, agent, shell, monkeypatch):
+    session = manager.session(agent, shell)
+    monkeypatch.setattr(session.probe, "available", False)
+    r = send(manager, agent, shell, "echo fallback")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 0)
+
+
+def test_binary_huge_and_escape_output_never_crash_the_reader(manager, agent, shell):
+    r = send(manager, agent, shell, "head -c 300000 /dev/urandom; echo", timeout=20)
+    assert r.wait_reason == "stdin_read"
+    r = send(manager, agent, shell, f"{sys.executable} -c \"print('x' * 10_000_000)\"", timeout=60)
+    assert r.wait_reason == "stdin_read"
+    page = manager.read(agent, shell, 0, 5)
+    assert any(line.endswith("[line cut]") for line in page.lines)
+    r = send(manager, agent, shell,
+             r"printf '\e]52;c;ZXZpbA==\a\e]8;;http://x\e\\link\e]8;;\e\\\e[31mred\e[0m\e[?1049h\e[?1049l\n'")
+    output = r.viewport.splitlines()[1:]  # after the echoed command line
+    assert output == ["linkred", "$ "]
+    assert send(manager, agent, shell, "echo alive").exit_code == 0
