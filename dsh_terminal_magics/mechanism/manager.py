@@ -106,11 +106,20 @@ class SessionManager:
             raise
         return session.snapshot()
 
-    async def _start_send(self, owner: object, session_id: str, request: SendRequest,
-                          holder: str) -> SendOperation:
+    def preflight_send(self, owner: object, session_id: str, request: SendRequest) -> None:
+        """Raise unless ``request`` could start on the session now (loop thread)."""
         session = self._session(owner, session_id)
         _check_request(request)
-        return session.start_send(request, holder)
+        session.check_can_send()
+
+    def begin_send(self, owner: object, session_id: str, request: SendRequest, holder: str) -> SendOperation:
+        """Take the session's send reservation for ``holder`` and start the send (loop thread)."""
+        self.preflight_send(owner, session_id, request)
+        return self._sessions[session_id].start_send(request, holder)
+
+    async def _start_send(self, owner: object, session_id: str, request: SendRequest,
+                          holder: str) -> SendOperation:
+        return self.begin_send(owner, session_id, request, holder)
 
     async def _send(self, owner: object, session_id: str, request: SendRequest) -> SendResult:
         op = await self._start_send(owner, session_id, request, "a foreground send")

@@ -1,0 +1,213 @@
+"""Jobs layer (the seed's ``ctx.jobs``): generic background work with incremental output.
+
+A job is started with a declared *kind*, a label, an owner, an output byte
+limit and a *run* function.  ``run()`` is called on the private loop thread
+with the new job id and returns a :class:`JobHandle`: how to cancel it, an awaitable outcome, and
+a function that returns the output produced since its previous call.  The
+registry owns ids (opaque, owner-fenced like session ids), statuses
+(``running``, ``completed``, ``killed``, ``failed``) and the final detail.
+Each :meth:`JobRegistry.output` call returns only output no earlier call
+returned; what does not fit the caller's byte budget is kept for the next call.
+"""
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Coroutine, Literal, TypeVar
+
+from .errors import InvalidArgumentError, TerminalError, UnknownJobError
+from .mechanism.event_loop import EventLoopThread
+from .owners import new_id
+
+JobStatus = Literal["running", "completed", "killed", "failed"]
+T = TypeVar("T")
+
+
+@dataclass
+class JobOutcome:
+    """How a job ended."""
+
+    status: JobStatus
+    detail: str = ""
+
+
+@dataclass
+class JobHandle:
+    """What a job's run function returns."""
+
+    cancel: Callable[[], None]
+    done: Awaitable[JobOutcome]
+    read_output: Callable[[], str]
+
+
+@dataclass
+class JobRead:
+    """One incremental read of a job."""
+
+    job_id: str
+    status: JobStatus
+    output: str
+    detail: str | None
+    more: bool = False
+
+
+@dataclass
+class JobInfo:
+    """A job snapshot for listings."""
+
+    job_id: str
+    kind: str
+    label: str
+    status: JobStatus
+    detail: str | None
+
+
+@dataclass
+class Job:
+    job_id: str
+    kind: str
+    label: str
+    owner: object
+    output_limit: int
+    handle: JobHandle | None = None
+    status: JobStatus = "running"
+    detail: str | None = None
+    carry: str = ""
+    finished: asyncio.Future[None] | None = None
+    listeners: list[Callable[[], None]] = field(default_factory=list)
+
+
+def split_utf8(text: str, budget: int) -> tuple[str, str]:
+    """Split ``text`` so the head is at most ``budget`` UTF-8 bytes, preferring a line break."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= budget:
+        return text, ""
+    head = data[: max(budget, 0)].decode("utf-8", "ignore")
+    cut = head.rfind("\n")
+    if cut >= len(head) // 2:
+        head = head[: cut + 1]
+    return head, text[len(head):]
+
+
+class JobRegistry:
+    """Background jobs, fenced by owner; all state lives on the private loop."""
+
+    def __init__(self, loop_thread: EventLoopThread | None = None) -> None:
+        self._loop = loop_thread or EventLoopThread.shared()
+        self._jobs: dict[str, Job] = {}
+        self._kinds: set[str] = set()
+
+    def declare_kind(self, kind: str) -> None:
+        """Allow jobs of ``kind`` (for example ``"pty-send"``)."""
+        self._kinds.add(kind)
+
+    # -- loop-thread coroutines -------------------------------------------------
+    def job_on_loop(self, owner: object, job_id: object) -> Job:
+        """The job record (owner-fenced); call on the loop thread."""
+        return self._job(owner, job_id)
+
+    def _job(self, owner: object, job_id: object) -> Job:
+        job = self._jobs.get(job_id) if isinstance(job_id, str) else None
+        if job is None or job.owner is not owner:
+            raise UnknownJobError(str(job_id))
+        return job
+
+    async def _start(self, kind: str, label: str, owner: object, output_limit: int,
+                     run: Callable[[str], JobHandle]) -> str:
+        if owner is None:
+            raise TerminalError("terminal tools require an initiating agent")
+        if kind not in self._kinds:
+            raise InvalidArgumentError(f"job kind {kind!r} is not declared: declare it with declare_kind first")
+        job = Job(new_id("j"), kind, label, owner, output_limit)
+        job.handle = run(job.job_id)  # may raise: then no job exists
+        job.finished = self._loop.loop.create_future()
+        self._jobs[job.job_id] = job
+        self._loop.loop.create_task(self._watch(job))
+        return job.job_id
+
+    async def _watch(self, job: Job) -> None:
+        assert job.handle is not None and job.finished is not None
+        try:
+            outcome = await job.handle.done
+        except Exception as exc:
+            outcome = JobOutcome("failed", f"{type(exc).__name__}: {exc}")
+        job.status, job.detail = outcome.status, outcome.detail
+        job.finished.set_result(None)
+        for listener in list(job.listeners):
+            listener()
+
+    async def _output(self, owner: object, job_id: str, budget: int | None) -> JobRead:
+        job = self._job(owner, job_id)
+        assert job.handle is not None
+        status, detail = job.status, job.detail  # read before the output so a final read is complete
+        text = job.carry + job.handle.read_output()
+        head, job.carry = split_utf8(text, budget if budget is not None else job.output_limit * 16)
+        return JobRead(job.job_id, status, head, detail, more=bool(job.carry))
+
+    async def _kill(self, owner: object, job_id: str) -> JobStatus:
+        job = self._job(owner, job_id)
+        assert job.handle is not None and job.finished is not None
+        if job.status == "running":
+            job.handle.cancel()
+            await asyncio.shield(job.finished)
+        return job.status
+
+    async def _list(self, owner: object) -> list[JobInfo]:
+        return [JobInfo(j.job_id, j.kind, j.label, j.status, j.detail)
+                for j in self._jobs.values() if j.owner is owner]
+
+    async def _close_owner(self, owner: object | None) -> None:
+        jobs = [j for j in self._jobs.values() if owner is None or j.owner is owner]
+        for job in jobs:
+            if job.status == "running" and job.handle is not None:
+                job.handle.cancel()
+        for job in jobs:
+            if job.finished is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(job.finished), timeout=10)
+                except asyncio.TimeoutError:
+                    pass
+            self._jobs.pop(job.job_id, None)
+
+    def job(self, owner: object, job_id: str) -> Job:
+        """The live job record (owner-fenced)."""
+        return self._loop.call(self._job, owner, job_id)
+
+    # -- blocking and async API ----------------------------------------------------
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self._loop.run(coro)
+
+    def start(self, kind: str, label: str, owner: object, output_limit: int, run: Callable[[str], JobHandle]) -> str:
+        """Start a job; ``run(job_id)`` is called on the loop thread.  Returns the job id."""
+        return self._run(self._start(kind, label, owner, output_limit, run))
+
+    def output(self, owner: object, job_id: str, budget: int | None = None) -> JobRead:
+        """New output since the last call (at most ``budget`` bytes; the rest waits), status, detail."""
+        return self._run(self._output(owner, job_id, budget))
+
+    def kill(self, owner: object, job_id: str) -> JobStatus:
+        """Cancel a running job and wait until it has ended; returns its final status."""
+        return self._run(self._kill(owner, job_id))
+
+    def list(self, owner: object) -> list[JobInfo]:
+        return self._run(self._list(owner))
+
+    def close_owner(self, owner: object | None) -> None:
+        """Cancel and forget every job of ``owner`` (of everyone when ``None``)."""
+        self._run(self._close_owner(owner))
+
+    async def astart(self, kind: str, label: str, owner: object, output_limit: int,
+                     run: Callable[[str], JobHandle]) -> str:
+        return await self._loop.arun(self._start(kind, label, owner, output_limit, run))
+
+    async def aoutput(self, owner: object, job_id: str, budget: int | None = None) -> JobRead:
+        return await self._loop.arun(self._output(owner, job_id, budget))
+
+    async def akill(self, owner: object, job_id: str) -> JobStatus:
+        return await self._loop.arun(self._kill(owner, job_id))
+
+    async def alist(self, owner: object) -> list[JobInfo]:
+        return await self._loop.arun(self._list(owner))
+
+    async def aclose_owner(self, owner: object | None) -> None:
+        await self._loop.arun(self._close_owner(owner))

@@ -1,0 +1,174 @@
+"""Pydantic models of every tool's arguments and results: the one source of the schemas.
+
+Python attributes are snake_case; the JSON form (``by_alias=True``) uses the
+seed's names (``sessionId``, ``waitReason``, ``run_in_background`` …).
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, RootModel, StrictBool, StrictInt, StrictStr
+
+SignalName = Literal["SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP"]
+WaitReason = Literal["stdin_read", "inferred_idle", "timeout", "session_exit"]
+SessionStatus = Literal["running", "exited", "closing", "closed"]
+JobStatus = Literal["running", "completed", "killed", "failed"]
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, frozen=True)
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, frozen=True)
+
+
+# -- arguments ----------------------------------------------------------------------
+class OpenArgs(_Args):
+    """Open a persistent terminal session (a shell or REPL that keeps its state between sends)."""
+
+    type: StrictStr = Field(description="Registered terminal backend type, usually 'shell' ('python' for a "
+                                        "python3 REPL).")
+    name: Optional[StrictStr] = Field(None, min_length=1, max_length=64,
+                                      description="Optional owner-local display name, e.g. 'main' or 'gdb'.")
+    cwd: Optional[StrictStr] = Field(None, min_length=1, description="Initial working directory; defaults to "
+                                                                      "the workspace root.")
+
+
+class SendArgsForeground(_Args):
+    """Write input to a terminal session and wait until the program wants input again, goes quiet, times
+    out or exits."""
+
+    session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
+    text: StrictStr = Field(description="Text to write exactly as given.")
+    submit: StrictBool = Field(True, description="Press Enter after the text (default true). Set false for "
+                                                 "control characters or partial input.")
+    timeout: float = Field(30.0, gt=0, le=3600, description="Extra: most seconds to wait (default 30).")
+    idle: float = Field(3.0, gt=0, le=3600, description="Extra: seconds of silence that count as idle "
+                                                         "(default 3).")
+
+
+class SendArgs(SendArgsForeground):
+    """Write input to a terminal session and wait (foreground), or start a background job (background)."""
+
+    run_in_background: StrictBool = Field(False, description="Return a jobId at once and run the send as a "
+                                                             "background job (collect with job_output, stop "
+                                                             "with job_kill).")
+
+
+class ReadArgs(_Args):
+    """Read a bounded page of a session's retained output without sending input."""
+
+    session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
+    offset: StrictInt = Field(0, ge=0, description="Lines to skip back from the newest (default 0 = newest).")
+    count: StrictInt = Field(500, ge=1, le=5000, description="Lines to return (default 500, at most 5000).")
+
+
+class SignalArgs(_Args):
+    """Send a signal to the session terminal's foreground process group."""
+
+    session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
+    signal: SignalName = Field(description="Signal to deliver to the foreground process group.")
+
+
+class CloseArgs(_Args):
+    """Close a session and wait until its whole process tree has ended."""
+
+    session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
+
+
+class ListArgs(_Args):
+    """List your terminal sessions."""
+
+
+class JobOutputArgs(_Args):
+    """Get a background job's status and the output produced since the last job_output call."""
+
+    job_id: StrictStr = Field(alias="jobId", description="Job id from a background terminal_send.")
+
+
+class JobKillArgs(_Args):
+    """Stop a background job (for a terminal send: SIGINT to the foreground process group)."""
+
+    job_id: StrictStr = Field(alias="jobId", description="Job id from a background terminal_send.")
+
+
+# -- results ----------------------------------------------------------------------------
+class OpenResult(_Result):
+    session_id: str = Field(alias="sessionId")
+    name: Optional[str] = None
+    type: str
+    pid: Optional[int] = None
+    status: SessionStatus
+    motd: str
+
+
+class ForegroundSendResult(_Result):
+    kind: Literal["foreground"] = "foreground"
+    viewport: str
+    wait_reason: WaitReason = Field(alias="waitReason")
+    session_status: SessionStatus = Field(alias="sessionStatus")
+    truncated: bool
+    exit_code: Optional[int] = Field(None, alias="exitCode")
+
+
+class BackgroundSendResult(_Result):
+    kind: Literal["background"] = "background"
+    job_id: str = Field(alias="jobId")
+
+
+class ReadResult(_Result):
+    text: str
+    total_lines: int = Field(alias="totalLines")
+    line_begin: int = Field(alias="lineBegin")
+    line_end: int = Field(alias="lineEnd")
+    truncated: bool
+
+
+class SignalResult(_Result):
+    delivered: Literal[True] = True
+    target_pgid: int = Field(alias="targetPgid")
+
+
+class CloseResult(_Result):
+    session_id: str = Field(alias="sessionId")
+    outcome: Literal["closed", "already-closing"]
+
+
+class SessionEntry(_Result):
+    session_id: str = Field(alias="sessionId")
+    name: Optional[str] = None
+    type: str
+    pid: Optional[int] = None
+    status: SessionStatus
+
+
+class SessionList(RootModel[list[SessionEntry]]):
+    model_config = ConfigDict(frozen=True)
+
+
+class JobOutputResult(_Result):
+    job_id: str = Field(alias="jobId")
+    status: JobStatus
+    output: str
+    detail: Optional[str] = None
+    #: True when output is still waiting for the next job_output call (not part of the seed's JSON).
+    _more: bool = PrivateAttr(False)
+
+
+class JobKillResult(_Result):
+    job_id: str = Field(alias="jobId")
+    status: JobStatus
+
+
+ARGS = {
+    "terminal_open": OpenArgs,
+    "terminal_send": SendArgs,
+    "terminal_read": ReadArgs,
+    "terminal_signal": SignalArgs,
+    "terminal_close": CloseArgs,
+    "terminal_list": ListArgs,
+    "job_output": JobOutputArgs,
+    "job_kill": JobKillArgs,
+}
+TOOL_NAMES = tuple(ARGS)

@@ -1,0 +1,81 @@
+"""Tool schemas generated from the argument models, in the formats tool-calling APIs accept.
+
+Output is deterministic: keys sorted at every level, tools in a fixed order,
+so the schemas are byte-identical across calls, processes and hash seeds
+(provider prompt caches stay warm).
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Iterable, Literal
+
+from ..errors import InvalidArgumentError
+from .models import ARGS, SendArgsForeground, TOOL_NAMES
+
+SchemaFormat = Literal["openai", "anthropic", "json-schema"]
+FORMATS = ("openai", "anthropic", "json-schema")
+
+
+def _sorted(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def _simplify(prop: dict[str, Any]) -> dict[str, Any]:
+    prop = {k: v for k, v in prop.items() if k != "title"}
+    options = prop.pop("anyOf", None)
+    if options:
+        non_null = [o for o in options if o.get("type") != "null"]
+        if len(non_null) == 1:
+            prop.update(non_null[0])
+            if prop.get("default", 0) is None:
+                prop.pop("default")
+        else:
+            prop["anyOf"] = options
+    return prop
+
+
+def parameters_schema(name: str, background: bool = True) -> dict[str, Any]:
+    """The JSON Schema of ``name``'s arguments (``run_in_background`` only when ``background``)."""
+    model = ARGS[name] if (background or name != "terminal_send") else SendArgsForeground
+    raw = model.model_json_schema(by_alias=True)
+    props = {key: _simplify(value) for key, value in raw.get("properties", {}).items()}
+    schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
+    if raw.get("required"):
+        schema["required"] = sorted(raw["required"])
+    return _sorted(schema)
+
+
+def description(name: str) -> str:
+    model = ARGS[name]
+    return " ".join(inspect.cleandoc(model.__doc__ or name).split())
+
+
+def build_schemas(fmt: str = "openai", *, background: bool = True,
+                  include: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Schemas of the tools in ``include`` (default all, in the fixed order) in format ``fmt``."""
+    if fmt not in FORMATS:
+        raise InvalidArgumentError(f"unknown schema format {fmt!r}: use one of {', '.join(FORMATS)}")
+    names = list(TOOL_NAMES)
+    if include is not None:
+        wanted = list(include)
+        unknown = [n for n in wanted if n not in TOOL_NAMES]
+        if unknown:
+            raise InvalidArgumentError(f"unknown tool name(s) {unknown}: the tools are {', '.join(TOOL_NAMES)}")
+        names = [n for n in names if n in wanted]
+    out = []
+    for name in names:
+        params = parameters_schema(name, background)
+        if fmt == "openai":
+            item = {"type": "function", "function": {"name": name, "description": description(name),
+                                                     "parameters": params}}
+        elif fmt == "anthropic":
+            item = {"name": name, "description": description(name), "input_schema": params}
+        else:
+            item = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": name,
+                    "description": description(name), **params}
+        out.append(_sorted(item))
+    return out

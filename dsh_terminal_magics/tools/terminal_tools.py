@@ -1,0 +1,308 @@
+"""Tools layer (the seed's ``tool-terminal``): the model-facing terminal tools.
+
+:class:`TerminalTools` validates every call against the pydantic argument
+models (the same models the schemas come from), fences it by the exact
+initiating :class:`~dsh_terminal_magics.Agent`, runs it through the
+mechanism and jobs layers, and returns a typed result (:meth:`call`) or the
+capped text a model sees (:meth:`call_text`).  It never touches a PTY.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from pydantic import BaseModel, ValidationError
+
+from ..errors import InvalidArgumentError, TerminalError
+from ..jobs import JobHandle, JobOutcome, JobRegistry
+from ..mechanism import SendOperation, SendRequest, SessionManager, SessionOptions
+from ..owners import Agent
+from .config import ToolsConfig, load_config
+from .models import (ARGS, TOOL_NAMES, BackgroundSendResult, CloseResult, ForegroundSendResult, JobKillResult,
+                     JobOutputResult, OpenResult, ReadResult, SendArgsForeground, SessionEntry, SessionList,
+                     SignalResult)
+from .render import body_budget, render_capped, utf8_size
+from .schemas import build_schemas
+
+PROMPT_SECTION_NAME = "tool:pty"
+PROMPT_SECTION_ORDER = 106
+PROMPT_SECTION_TEXT = (
+    "Use a terminal session only when work needs persistent terminal state or interactive stdin; prefer "
+    "shell/read/write/edit for bounded one-shot operations. Track every terminal session id and close sessions "
+    "that no longer matter. An inferred_idle or timeout result does not prove the foreground command exited."
+)
+JOB_KIND = "pty-send"
+
+
+class _CallContext:
+    """Per-call state the calling thread may need on interrupt."""
+
+    def __init__(self) -> None:
+        self.operation: SendOperation | None = None
+
+
+class TerminalTools:
+    """The six terminal tools plus ``job_output`` / ``job_kill`` for one set of agents.
+
+    ``config`` keys: ``enableRunInBackground`` (default true), ``maxResultBytes``
+    (default 262144, a safe integer >= 64), validated here.  ``manager`` and
+    ``jobs`` may be shared; by default each tool set has its own.
+    """
+
+    def __init__(self, config: dict[str, Any] | ToolsConfig | None = None, *,
+                 manager: SessionManager | None = None, jobs: JobRegistry | None = None,
+                 workspace_root: str | None = None, session_options: SessionOptions | None = None) -> None:
+        self.config = load_config(config)
+        self.manager = manager or SessionManager(workspace_root=workspace_root, options=session_options)
+        self.jobs = jobs or JobRegistry(self.manager.loop_thread)
+        self.jobs.declare_kind(JOB_KIND)
+        self._loop = self.manager.loop_thread
+
+    @property
+    def max_result_bytes(self) -> int:
+        return self.config.max_result_bytes
+
+    # -- public API -------------------------------------------------------------------
+    def call(self, name: str, args: dict[str, Any] | None = None, *, agent: Agent | None = None) -> BaseModel:
+        """Run tool ``name``; returns its typed result or raises :class:`TerminalError`.
+
+        Ctrl-C (a kernel interrupt) during a foreground send interrupts the
+        program too (SIGINT to its foreground group) before propagating.
+        """
+        ctx = _CallContext()
+
+        async def interrupt() -> None:
+            op = ctx.operation
+            if op is not None and not op.done:
+                op.cancel()
+                await op.future
+
+        return self._loop.run(self._call(name, args, agent, ctx), on_interrupt=interrupt)
+
+    async def acall(self, name: str, args: dict[str, Any] | None = None, *,
+                    agent: Agent | None = None) -> BaseModel:
+        """:meth:`call` for ``await`` in a cell."""
+        return await self._loop.arun(self._call(name, args, agent, _CallContext()))
+
+    def call_text(self, name: str, args: dict[str, Any] | None = None, *, agent: Agent | None = None) -> str:
+        """Run tool ``name`` and return the capped text a model sees; errors come back as text."""
+        try:
+            return self.render(self.call(name, args, agent=agent))
+        except TerminalError as exc:
+            return self.render_error(exc)
+
+    async def acall_text(self, name: str, args: dict[str, Any] | None = None, *,
+                         agent: Agent | None = None) -> str:
+        try:
+            return self.render(await self.acall(name, args, agent=agent))
+        except TerminalError as exc:
+            return self.render_error(exc)
+
+    def schemas(self, format: str = "openai", include: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Tool schemas in ``"openai"``, ``"anthropic"`` or ``"json-schema"`` form, optionally filtered."""
+        return build_schemas(format, background=self.config.enable_run_in_background, include=include)
+
+    def system_prompt_sections(self) -> list[dict[str, Any]]:
+        """The fixed guidance section: ``[{"name": "tool:pty", "order": 106, "text": …}]``."""
+        return [{"name": PROMPT_SECTION_NAME, "order": PROMPT_SECTION_ORDER, "text": PROMPT_SECTION_TEXT}]
+
+    def render(self, result: BaseModel) -> str:
+        """The capped text of a result."""
+        return result_text(result, self.max_result_bytes)
+
+    def render_error(self, exc: BaseException) -> str:
+        return render_capped(["[error]"], str(exc), self.max_result_bytes)
+
+    def close_owner(self, agent: Agent) -> None:
+        """Close every session and job of ``agent`` (used by ``with Agent(...)`` scopes)."""
+        self.jobs.close_owner(agent)
+        self.manager.close_owner(agent)
+
+    async def aclose_owner(self, agent: Agent) -> None:
+        await self.jobs.aclose_owner(agent)
+        await self.manager.aclose_owner(agent)
+
+    def shutdown(self) -> None:
+        """Stop every job and close every session of every agent."""
+        if self._loop.thread.is_alive():
+            self.jobs.close_owner(None)
+            self.manager.shutdown()
+
+    # -- dispatch (runs on the private loop) ----------------------------------------------
+    async def _call(self, name: str, args: dict[str, Any] | None, agent: Agent | None,
+                    ctx: _CallContext) -> BaseModel:
+        if agent is None:
+            raise TerminalError("terminal tools require an initiating agent")
+        if not isinstance(agent, Agent):
+            raise InvalidArgumentError(f"agent must be an Agent object, got {type(agent).__name__}: "
+                                       "create one with Agent('name') and pass the same object every time")
+        parsed = self._validate(name, args)
+        agent._bind(self)
+        handler = getattr(self, "_" + name)
+        return await handler(parsed, agent, ctx)
+
+    def _validate(self, name: str, args: dict[str, Any] | None) -> BaseModel:
+        if not isinstance(name, str) or name not in ARGS:
+            raise InvalidArgumentError(f"unknown tool {name!r}: the tools are {', '.join(TOOL_NAMES)}")
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise InvalidArgumentError(f"{name}: arguments must be a JSON object (dict), got {type(args).__name__}")
+        model = ARGS[name]
+        if name == "terminal_send" and not self.config.enable_run_in_background:
+            if "run_in_background" in args:
+                raise InvalidArgumentError(
+                    "terminal_send: undeclared argument 'run_in_background': background sends are disabled "
+                    "(enableRunInBackground is false); send in the foreground")
+            model = SendArgsForeground
+        try:
+            return model.model_validate(args)
+        except ValidationError as exc:
+            raise InvalidArgumentError(describe_validation_error(name, model, exc)) from None
+
+    async def _terminal_open(self, a: Any, agent: Agent, ctx: _CallContext) -> OpenResult:
+        info = await self.manager.aspawn(agent, a.type, name=a.name, cwd=a.cwd)
+        return OpenResult(session_id=info.session_id, name=info.name, type=info.type, pid=info.pid,
+                          status=_status(info.status), motd=info.motd)
+
+    def _request(self, a: Any) -> SendRequest:
+        return SendRequest(a.text, a.submit, float(a.timeout), float(a.idle),
+                           viewport_chars=self.max_result_bytes)
+
+    async def _terminal_send(self, a: Any, agent: Agent, ctx: _CallContext) -> BaseModel:
+        if getattr(a, "run_in_background", False):
+            return await self._start_background(a, agent)
+        op = await self.manager.astart_send(agent, a.session_id, self._request(a), "a foreground send")
+        ctx.operation = op
+        r = await op.future
+        return ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,
+                                    session_status=_status(r.session_status), truncated=r.viewport_truncated,
+                                    exit_code=r.exit_code)
+
+    async def _start_background(self, a: Any, agent: Agent) -> BackgroundSendResult:
+        request = self._request(a)
+        self.manager.preflight_send(agent, a.session_id, request)
+
+        def run(job_id: str) -> JobHandle:  # on the loop, before the job id is returned
+            op = self.manager.begin_send(agent, a.session_id, request, holder=f"job {job_id}")
+            return JobHandle(cancel=op.cancel, done=_job_outcome(op), read_output=op.read_output)
+
+        label = f"{a.session_id}: {a.text or '(input)'}"
+        job_id = await self.jobs.astart(JOB_KIND, label, agent, self.max_result_bytes, run)
+        return BackgroundSendResult(job_id=job_id)
+
+    async def _terminal_read(self, a: Any, agent: Agent, ctx: _CallContext) -> ReadResult:
+        page = await self.manager.aread(agent, a.session_id, a.offset, a.count)
+        lines, begin, truncated = list(page.lines), page.line_begin, page.truncated
+        budget = body_budget([_lines_meta(page.line_begin, page.line_end, page.total_lines)], self.max_result_bytes)
+        size = sum(utf8_size(line) + 1 for line in lines)
+        while lines and size > budget:
+            size -= utf8_size(lines.pop(0)) + 1
+            begin += 1
+            truncated = True
+        return ReadResult(text="\n".join(lines), total_lines=page.total_lines, line_begin=begin,
+                          line_end=page.line_end, truncated=truncated)
+
+    async def _terminal_signal(self, a: Any, agent: Agent, ctx: _CallContext) -> SignalResult:
+        pgid = await self.manager.asignal(agent, a.session_id, a.signal)
+        return SignalResult(target_pgid=pgid)
+
+    async def _terminal_close(self, a: Any, agent: Agent, ctx: _CallContext) -> CloseResult:
+        closed = await self.manager.akill(agent, a.session_id)
+        return CloseResult(session_id=a.session_id, outcome="closed" if closed else "already-closing")
+
+    async def _terminal_list(self, a: Any, agent: Agent, ctx: _CallContext) -> SessionList:
+        infos = await self.manager.alist(agent)
+        return SessionList([SessionEntry(session_id=i.session_id, name=i.name, type=i.type, pid=i.pid,
+                                         status=_status(i.status)) for i in infos])
+
+    async def _job_output(self, a: Any, agent: Agent, ctx: _CallContext) -> JobOutputResult:
+        job = self.jobs.job_on_loop(agent, a.job_id)
+        meta = _job_meta(job.job_id, "completed", job.detail or "x" * 120)
+        read = await self.jobs.aoutput(agent, a.job_id, max(0, body_budget(meta, self.max_result_bytes)))
+        result = JobOutputResult(job_id=read.job_id, status=read.status, output=read.output, detail=read.detail)
+        result._more = read.more
+        return result
+
+    async def _job_kill(self, a: Any, agent: Agent, ctx: _CallContext) -> JobKillResult:
+        status = await self.jobs.akill(agent, a.job_id)
+        return JobKillResult(job_id=a.job_id, status=status)
+
+
+async def _job_outcome(op: SendOperation) -> JobOutcome:
+    r = await op.future
+    detail = f"waitReason={r.wait_reason} sessionStatus={_status(r.session_status)} exitCode={r.exit_code}"
+    return JobOutcome("killed" if op.cancel_requested else "completed", detail)
+
+
+def _status(status: str) -> Any:
+    return "running" if status == "starting" else status
+
+
+def _lines_meta(begin: int, end: int, total: int) -> str:
+    return f"[lines: {begin}-{end} of {total}]"
+
+
+def _job_meta(job_id: str, status: str, detail: str | None) -> list[str]:
+    meta = [f"[job: {job_id}]", f"[status: {status}]"]
+    if detail:
+        meta.append(f"[detail: {detail}]")
+    return meta
+
+
+def result_text(result: BaseModel, cap: int) -> str:
+    """Render any tool result as the capped text a model sees."""
+    if isinstance(result, ForegroundSendResult):
+        meta = [f"[wait: {result.wait_reason}]", f"[session: {result.session_status}]"]
+        if result.exit_code is not None:
+            meta.append(f"[exit: {result.exit_code}]")
+        return render_capped(meta, result.viewport, cap, keep_tail=True, cut=result.truncated)
+    if isinstance(result, BackgroundSendResult):
+        return render_capped([f"jobId: {result.job_id}"], "running in the background: collect its output with "
+                             "job_output, stop it with job_kill", cap)
+    if isinstance(result, OpenResult):
+        meta = [f"sessionId: {result.session_id}", f"status: {result.status}", f"type: {result.type}"]
+        meta += [f"pid: {result.pid}"] if result.pid is not None else []
+        meta += [f"name: {result.name}"] if result.name is not None else []
+        return render_capped(meta, result.motd, cap)
+    if isinstance(result, ReadResult):
+        meta = [_lines_meta(result.line_begin, result.line_end, result.total_lines)]
+        return render_capped(meta, result.text, cap, keep_tail=True, cut=result.truncated)
+    if isinstance(result, SignalResult):
+        return render_capped([f"delivered: true targetPgid: {result.target_pgid}"], "", cap)
+    if isinstance(result, CloseResult):
+        return render_capped([f"sessionId: {result.session_id}", f"outcome: {result.outcome}"], "", cap)
+    if isinstance(result, SessionList):
+        body = "\n".join(_session_line(s) for s in result.root)
+        return render_capped([f"[sessions: {len(result.root)}]"], body, cap)
+    if isinstance(result, JobOutputResult):
+        meta = _job_meta(result.job_id, result.status, result.detail)
+        return render_capped(meta, result.output, cap, cut=result._more)
+    if isinstance(result, JobKillResult):
+        return render_capped([f"[job: {result.job_id}]", f"[status: {result.status}]"], "", cap)
+    raise TypeError(f"not a tool result: {type(result).__name__}")
+
+
+def _session_line(s: SessionEntry) -> str:
+    parts = [s.session_id, f"type={s.type}", f"status={s.status}"]
+    if s.pid is not None:
+        parts.append(f"pid={s.pid}")
+    if s.name is not None:
+        parts.append(f"name={s.name}")
+    return " ".join(parts)
+
+
+def describe_validation_error(name: str, model: type[BaseModel], exc: ValidationError) -> str:
+    """One message for all of a call's argument problems, naming the arguments the tool takes."""
+    accepted = [f.alias or n for n, f in model.model_fields.items()]
+    problems = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            problems.append(f"unknown argument {key!r}")
+        elif kind == "missing":
+            problems.append(f"missing required argument {key!r}")
+        else:
+            problems.append(f"argument {key!r}: {err['msg']} (got {err.get('input')!r})")
+    takes = ", ".join(accepted) if accepted else "no arguments"
+    return f"{name}: " + "; ".join(problems) + f". {name} takes: {takes}"
