@@ -20,6 +20,8 @@ from .mechanism.event_loop import EventLoopThread
 from .owners import new_id
 
 JobStatus = Literal["running", "completed", "killed", "failed"]
+#: Bytes of output a read may return, given the status and detail it will show.
+Budget = Callable[[str, "str | None"], int]
 T = TypeVar("T")
 
 
@@ -136,12 +138,13 @@ class JobRegistry:
         for listener in list(job.listeners):
             listener()
 
-    async def _output(self, owner: object, job_id: str, budget: int | None) -> JobRead:
+    async def _output(self, owner: object, job_id: str, budget: Budget | None) -> JobRead:
         job = self._job(owner, job_id)
         assert job.handle is not None
         status, detail = job.status, job.detail  # read before the output so a final read is complete
         text = job.carry + job.handle.read_output()
-        head, job.carry = split_utf8(text, budget if budget is not None else job.output_limit * 16)
+        limit = budget(status, detail) if budget is not None else job.output_limit
+        head, job.carry = split_utf8(text, limit)
         return JobRead(job.job_id, status, head, detail, more=bool(job.carry))
 
     async def _kill(self, owner: object, job_id: str) -> JobStatus:
@@ -181,8 +184,12 @@ class JobRegistry:
         """Start a job; ``run(job_id)`` is called on the loop thread.  Returns the job id."""
         return self._run(self._start(kind, label, owner, output_limit, run))
 
-    def output(self, owner: object, job_id: str, budget: int | None = None) -> JobRead:
-        """New output since the last call (at most ``budget`` bytes; the rest waits), status, detail."""
+    def output(self, owner: object, job_id: str, budget: Budget | None = None) -> JobRead:
+        """New output since the last call, status, detail.
+
+        At most ``budget(status, detail)`` bytes (default: the job's output limit)
+        are returned; the rest waits for the next call.
+        """
         return self._run(self._output(owner, job_id, budget))
 
     def kill(self, owner: object, job_id: str) -> JobStatus:
@@ -200,7 +207,7 @@ class JobRegistry:
                      run: Callable[[str], JobHandle]) -> str:
         return await self._loop.arun(self._start(kind, label, owner, output_limit, run))
 
-    async def aoutput(self, owner: object, job_id: str, budget: int | None = None) -> JobRead:
+    async def aoutput(self, owner: object, job_id: str, budget: Budget | None = None) -> JobRead:
         return await self._loop.arun(self._output(owner, job_id, budget))
 
     async def akill(self, owner: object, job_id: str) -> JobStatus:

@@ -93,13 +93,12 @@ class OutputNormalizer:
         return _CONTROL.sub("", _ESCAPE.sub("", rest))
 
     def _hold_unfinished(self, text: str) -> str:
-        start = text.rfind("\x1b")
-        if start < 0:
+        # The earliest escape start that runs unfinished to the end (an OSC may hold an ESC).
+        match = _UNFINISHED.search(text, max(0, len(text) - MAX_PENDING_ESCAPE))
+        if match is None:
             return text
-        if _UNFINISHED.match(text, start) and len(text) - start <= MAX_PENDING_ESCAPE:
-            self._pending = text[start:]
-            return text[:start]
-        return text
+        self._pending = match.group()
+        return text[: match.start()]
 
 
 def _collect_events(text: str, events: TerminalEvents) -> None:

@@ -128,6 +128,7 @@ class SendOperation:
         self.start_line = session.scrollback.completed_lines + 1
         self._cursor = self.start_line
         self.cancel_requested = False
+        self.interrupted_at = self.last_interrupt = 0.0
         self.exit_code: int | None = None
         self.marker_seen = False
         self.bell = False
@@ -142,6 +143,7 @@ class SendOperation:
         if self.future.done() or self.cancel_requested:
             return
         self.cancel_requested = True
+        self.interrupted_at = self.last_interrupt = time.monotonic()
         self.session.interrupt_foreground()
         self.session.wake()
 
@@ -502,9 +504,14 @@ class Session:
                 reason = "stdin_read"
                 break
             now = time.monotonic()
-            if op.cancel_requested and now - written_at > 5.0:
-                reason = "timeout"
-                break
+            if op.cancel_requested:
+                if now - op.interrupted_at > 5.0:
+                    reason = "timeout"
+                    break
+                if self.foreground_pgid() not in (0, self.pid) and now - op.last_interrupt > 0.1:
+                    # Input still queued at the first SIGINT may have started a job since: stop it too.
+                    op.last_interrupt = now
+                    self.interrupt_foreground()
             idle_at = max(self.last_output, written_at) + request.idle
             if now >= deadline:
                 reason = "timeout"

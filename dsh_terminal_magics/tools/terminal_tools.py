@@ -216,9 +216,10 @@ class TerminalTools:
                                          status=_status(i.status)) for i in infos])
 
     async def _job_output(self, a: Any, agent: Agent, ctx: _CallContext) -> JobOutputResult:
-        job = self.jobs.job_on_loop(agent, a.job_id)
-        meta = _job_meta(job.job_id, "completed", job.detail or "x" * 120)
-        read = await self.jobs.aoutput(agent, a.job_id, max(0, body_budget(meta, self.max_result_bytes)))
+        def budget(status: str, detail: str | None) -> int:
+            return max(0, body_budget(_job_meta(a.job_id, status, detail), self.max_result_bytes))
+
+        read = await self.jobs.aoutput(agent, a.job_id, budget)
         result = JobOutputResult(job_id=read.job_id, status=read.status, output=read.output, detail=read.detail)
         result._more = read.more
         return result

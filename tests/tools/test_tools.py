@@ -1,0 +1,151 @@
+"""The tools against real sessions: foreground, background jobs, owners, errors as text."""
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import pytest
+
+from dsh_terminal_magics import Agent, TerminalError, TerminalTools
+from dsh_terminal_magics.tools import MARKER
+
+
+def test_open_send_read_close_json_shapes(tools, agent):
+    opened = tools.call("terminal_open", {"type": "shell", "name": "main"}, agent=agent)
+    j = opened.model_dump(by_alias=True, exclude_none=True)
+    assert set(j) == {"sessionId", "name", "type", "pid", "status", "motd"} and j["status"] == "running"
+    sid = opened.session_id
+    sent = tools.call("terminal_send", {"sessionId": sid, "text": "echo hi; false"}, agent=agent)
+    assert sent.model_dump(by_alias=True) == {"kind": "foreground", "viewport": sent.viewport,
+                                              "waitReason": "stdin_read", "sessionStatus": "running",
+                                              "truncated": False, "exitCode": 1}
+    read = tools.call("terminal_read", {"sessionId": sid, "count": 2}, agent=agent)
+    assert read.model_dump(by_alias=True).keys() == {"text", "totalLines", "lineBegin", "lineEnd", "truncated"}
+    assert read.line_end - read.line_begin == 1
+    sig = tools.call("terminal_signal", {"sessionId": sid, "signal": "SIGINT"}, agent=agent)
+    assert sig.model_dump(by_alias=True) == {"delivered": True, "targetPgid": opened.pid}
+    listed = tools.call("terminal_list", {}, agent=agent).model_dump(by_alias=True, exclude_none=True)
+    assert listed == [{"sessionId": sid, "name": "main", "type": "shell", "pid": opened.pid, "status": "running"}]
+    closed = tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+    assert closed.model_dump(by_alias=True) == {"sessionId": sid, "outcome": "closed"}
+    assert tools.call("terminal_list", agent=agent).root == []
+
+
+def test_background_job_lifecycle(tools, agent, shell):
+    started = time.monotonic()
+    res = tools.call("terminal_send", {"sessionId": shell, "text": "for i in $(seq 1 30); do echo line-$i; "
+                                       "sleep 0.05; done", "run_in_background": True}, agent=agent)
+    assert res.model_dump(by_alias=True) == {"kind": "background", "jobId": res.job_id}
+    assert time.monotonic() - started < 1.0  # returned before the command finished
+    busy = tools.call_text("terminal_send", {"sessionId": shell, "text": "echo no"}, agent=agent)
+    assert busy.startswith("[error]") and f"job {res.job_id}" in busy and "busy" in busy
+    seen: list[str] = []
+    status = "running"
+    deadline = time.monotonic() + 30
+    while status == "running" and time.monotonic() < deadline:
+        out = tools.call("job_output", {"jobId": res.job_id}, agent=agent)
+        status = out.status
+        seen.extend(re.findall(r"^line-\d+$", out.output, re.M))
+        time.sleep(0.02)
+    assert status == "completed"
+    assert seen == [f"line-{i}" for i in range(1, 31)]  # each exactly once, in order
+    final = tools.call("job_output", {"jobId": res.job_id}, agent=agent)
+    assert final.output == "" and "waitReason=stdin_read" in final.detail and "exitCode=0" in final.detail
+    assert tools.call("terminal_send", {"sessionId": shell, "text": "echo free"}, agent=agent).exit_code == 0
+
+
+def test_job_kill_interrupts_and_releases_the_session(tools, agent, shell):
+    job = tools.call("terminal_send", {"sessionId": shell, "text": "sleep 100", "run_in_background": True},
+                     agent=agent).job_id
+    killed = tools.call("job_kill", {"jobId": job}, agent=agent)
+    assert killed.model_dump(by_alias=True) == {"jobId": job, "status": "killed"}
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo back"}, agent=agent)
+    assert r.wait_reason == "stdin_read" and r.exit_code == 0
+    assert tools.call("job_output", {"jobId": job}, agent=agent).status == "killed"
+
+
+def test_job_output_at_small_cap_never_repeats_or_loses(agent):
+    tools = TerminalTools(config={"maxResultBytes": 200})
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        job = tools.call("terminal_send", {"sessionId": sid, "text": "seq 1 400", "run_in_background": True},
+                         agent=agent).job_id
+        bodies = []
+        for _ in range(2000):
+            text = tools.call_text("job_output", {"jobId": job}, agent=agent)
+            assert len(text.encode()) <= 200
+            body = text.split("\n", 1)[1] if "\n" in text else ""
+            bodies.append(body[: -len(MARKER) - 1] if body.endswith("\n" + MARKER) else body)
+            if "[status: completed]" in text and MARKER not in text:
+                break
+        joined = "".join(bodies)
+        assert joined.startswith("$ seq 1 400\n")
+        assert re.findall(r"^\d+$", joined, re.M) == [str(i) for i in range(1, 401)]
+    finally:
+        tools.shutdown()
+
+
+def test_jobs_and_sessions_of_another_agent_are_invisible(tools, agent, shell):
+    other = Agent(agent.name)
+    job = tools.call("terminal_send", {"sessionId": shell, "text": "sleep 100", "run_in_background": True},
+                     agent=agent).job_id
+    for name, args in [("job_output", {"jobId": job}), ("job_kill", {"jobId": job}),
+                       ("terminal_read", {"sessionId": shell}), ("terminal_close", {"sessionId": shell}),
+                       ("terminal_signal", {"sessionId": shell, "signal": "SIGINT"})]:
+        with pytest.raises(TerminalError, match="unknown"):
+            tools.call(name, args, agent=other)
+    assert tools.call("terminal_list", agent=other).root == []
+    tools.call("job_kill", {"jobId": job}, agent=agent)
+
+
+@pytest.mark.parametrize("name,args,message", [
+    ("terminal_open", {}, "missing required argument 'type'"),
+    ("terminal_open", {"type": 3}, "argument 'type'"),
+    ("terminal_open", {"type": "fish"}, "unknown terminal type 'fish'"),
+    ("terminal_open", {"type": "shell", "cwd": "/nope"}, "not an existing directory"),
+    ("terminal_send", {"sessionId": "t-1", "text": "x", "extra": 1}, "unknown argument 'extra'"),
+    ("terminal_send", {"sessionId": "t-1", "text": 5}, "argument 'text'"),
+    ("terminal_send", {"sessionId": "t-1", "text": "x", "submit": "yes"}, "argument 'submit'"),
+    ("terminal_read", {"sessionId": "t-1", "count": 0}, "argument 'count'"),
+    ("terminal_read", {"sessionId": "t-1", "offset": -1}, "argument 'offset'"),
+    ("terminal_signal", {"sessionId": "t-1", "signal": "SIGUSR1"}, "argument 'signal'"),
+    ("terminal_close", {"sessionId": "t-0123456789abcdef"}, "unknown terminal session"),
+    ("job_output", {"jobId": "j-0123456789abcdef"}, "unknown job"),
+    ("terminal_launch", {}, "unknown tool 'terminal_launch'"),
+    ("terminal_list", [], "arguments must be a JSON object"),
+])
+def test_bad_calls_are_one_clear_error(tools, agent, name, args, message):
+    with pytest.raises(TerminalError, match=re.escape(message)):
+        tools.call(name, args, agent=agent)
+    text = tools.call_text(name, args, agent=agent)
+    assert text.startswith("[error]\n") and message in text
+    assert tools.call("terminal_list", agent=agent).root == []
+
+
+def test_no_agent(tools):
+    assert tools.call_text("terminal_list", {}) == "[error]\nterminal tools require an initiating agent"
+    with pytest.raises(TerminalError, match="agent must be an Agent"):
+        tools.call("terminal_list", {}, agent="planner")
+
+
+def test_async_api(tools, agent):
+    async def main() -> str:
+        sid = (await tools.acall("terminal_open", {"type": "python"}, agent=agent)).session_id
+        text = await tools.acall_text("terminal_send", {"sessionId": sid, "text": "print(6*7)"}, agent=agent)
+        await tools.acall("terminal_close", {"sessionId": sid}, agent=agent)
+        return text
+
+    text = asyncio.run(main())
+    assert text.startswith("[wait: stdin_read] [session: running]") and "\n42\n" in text
+
+
+def test_agent_scope_closes_everything(tools):
+    with pytest.raises(RuntimeError):
+        with Agent("scoped") as a:
+            sid = tools.call("terminal_open", {"type": "shell"}, agent=a).session_id
+            tools.call("terminal_send", {"sessionId": sid, "text": "sleep 100", "run_in_background": True},
+                       agent=a)
+            raise RuntimeError("boom")
+    assert tools.call("terminal_list", agent=a).root == []
+    assert tools.jobs.list(a) == []
