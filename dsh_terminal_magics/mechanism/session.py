@@ -440,6 +440,11 @@ class Session:
         finally:
             self.loop.remove_writer(fd)
 
+    def write_input(self, data: bytes) -> None:
+        """Type ``data`` into the terminal without waiting, as a person at the keyboard would."""
+        if self.status in ("running", "starting"):
+            self.loop.create_task(self._write_all(data))
+
     def check_can_send(self) -> None:
         """Raise unless a send may start now."""
         if self.status in ("closing", "closed"):

@@ -1,0 +1,1 @@
+"""Notebook layer: magics, rich results, the live viewport widget, ``%config`` options."""

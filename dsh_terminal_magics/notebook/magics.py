@@ -1,0 +1,538 @@
+"""Notebook layer: the ``%term_*`` and ``%job_*`` magics.
+
+The magics act as the notebook's own owner (one :class:`Agent` per loaded
+extension); ``--agent NAME`` acts as the ``Agent`` object held in the user
+variable ``NAME`` (authority by object, never by a string).  Everything goes
+through :class:`~dsh_terminal_magics.TerminalTools` and the session manager.
+Errors are one short ``UsageError`` line, which still fails an executed
+notebook.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import replace
+from typing import Any, Callable
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from traitlets import Bool, Float, Int, TraitError, observe, validate
+
+from ..errors import TerminalError
+from ..mechanism import SendRequest, SessionOptions
+from ..owners import Agent
+from ..tools import TerminalTools
+from ..tools.config import MIN_MAX_RESULT_BYTES, MAX_SAFE_INTEGER
+from ..tools.terminal_tools import result_text
+from .display import TermResult, footer_html, footer_text
+from .live_send import run_live_send
+
+_TOKEN = re.compile(r"\s*(\S+)")
+SIGNAL_NAMES = ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP")
+
+
+def split_options(line: str, parser: Any) -> tuple[list[str], str]:
+    """Split a leading options prefix from the raw text that follows it.
+
+    Options end at ``--`` or at the first word that is not an option; the
+    rest of the line is returned exactly as typed.
+    """
+    takes_value = {opt: action.nargs != 0 for action in parser._actions for opt in action.option_strings}
+    tokens: list[str] = []
+    pos = 0
+    while True:
+        match = _TOKEN.match(line, pos)
+        if match is None:
+            return tokens, ""
+        token = match.group(1)
+        if token == "--":
+            rest = line[match.end():]
+            return tokens, rest[1:] if rest[:1] in (" ", "\t") else rest
+        if not token.startswith("-") or token == "-":
+            return tokens, line[match.start(1):]
+        name = token.split("=", 1)[0]
+        if name not in takes_value:
+            known = ", ".join(sorted(o for o in takes_value if o.startswith("--")))
+            raise UsageError(f"unknown option {name}: the options are {known}; put `--` before text "
+                             "that starts with '-'")
+        tokens.append(token)
+        pos = match.end()
+        if takes_value[name] and "=" not in token:
+            value = _TOKEN.match(line, pos)
+            if value is None:
+                raise UsageError(f"option {name} needs a value")
+            tokens.append(value.group(1))
+            pos = value.end()
+
+
+def config_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not acceptable for config option ``name`` (None when it is)."""
+    if name == "max_result_bytes":
+        ok = isinstance(value, int) and not isinstance(value, bool) and (
+            MIN_MAX_RESULT_BYTES <= value <= MAX_SAFE_INTEGER)
+        return None if ok else f"max_result_bytes must be a safe integer >= {MIN_MAX_RESULT_BYTES}, got {value!r}"
+    if name in ("timeout", "idle"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 3600
+        return None if ok else f"{name} must be a number of seconds in (0, 3600], got {value!r}"
+    if name in ("scrollback_lines", "stream_limit"):
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 100
+        return None if ok else f"{name} must be an integer >= 100, got {value!r}"
+    return None
+
+
+def _drop_invalid_config(shell: Any) -> None:
+    """Forget rejected ``%config TerminalMagics.*`` values kept in the shell's config."""
+    config = getattr(shell, "config", None)
+    if not config or "TerminalMagics" not in config:
+        return
+    section = config["TerminalMagics"]
+    for key in list(section):
+        if config_problem(key, section[key]):
+            del section[key]
+
+
+def _usage_errors(method: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn every TerminalError into one short UsageError line."""
+    def wrapper(self: "TerminalMagics", *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except TerminalError as exc:
+            raise UsageError(str(exc)) from None
+    wrapper.__name__ = method.__name__
+    wrapper.__doc__ = method.__doc__
+    wrapper.__dict__.update(method.__dict__)
+    return wrapper
+
+
+@magics_class
+class TerminalMagics(Magics):
+    """Persistent terminal sessions in the notebook (``%load_ext dsh_terminal_magics``)."""
+
+    max_result_bytes = Int(262144, help="Most UTF-8 bytes of any tool result text (a safe integer >= 64).").tag(
+        config=True)
+    enable_run_in_background = Bool(True, help="Allow --bg sends (background jobs).").tag(config=True)
+    timeout = Float(30.0, help="Default seconds a foreground send waits at most.").tag(config=True)
+    idle = Float(3.0, help="Default seconds of silence after which a send reports inferred_idle.").tag(
+        config=True)
+    scrollback_lines = Int(10_000, help="Lines of output each new session keeps.").tag(config=True)
+    stream_limit = Int(1024 * 1024, help="Most bytes of output one send streams into a cell.").tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        _drop_invalid_config(shell)
+        super().__init__(shell=shell, **kwargs)
+        self.owner = Agent("notebook")
+        self.tools = TerminalTools(config=self._tools_config(),
+                                   session_options=SessionOptions(scrollback_lines=self.scrollback_lines))
+        self._opened: dict[Agent, list[str]] = {}
+        self._last_job: dict[Agent, str] = {}
+        self.viewports: list[Any] = []
+
+    def _tools_config(self) -> dict[str, Any]:
+        return {"maxResultBytes": self.max_result_bytes, "enableRunInBackground": self.enable_run_in_background}
+
+    # -- config ------------------------------------------------------------------------------
+    @validate("max_result_bytes", "timeout", "idle", "scrollback_lines", "stream_limit")
+    def _check_config(self, proposal: Any) -> Any:
+        problem = config_problem(proposal["trait"].name, proposal["value"])
+        if problem:
+            raise TraitError(problem + "; the old value stays")
+        return proposal["value"]
+
+    @observe("max_result_bytes", "enable_run_in_background")
+    def _apply_tools_config(self, change: Any) -> None:
+        if hasattr(self, "tools"):
+            from ..tools.config import load_config
+            self.tools.config = load_config(self._tools_config())
+
+    @observe("scrollback_lines")
+    def _apply_scrollback(self, change: Any) -> None:
+        if hasattr(self, "tools"):
+            manager = self.tools.manager
+            manager.options = replace(manager.options, scrollback_lines=change["new"])
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _owner(self, agent_var: str | None) -> Agent:
+        if agent_var is None:
+            return self.owner
+        value = self.shell.user_ns.get(agent_var) if self.shell is not None else None
+        if not isinstance(value, Agent):
+            raise UsageError(f"--agent {agent_var}: no variable {agent_var!r} holding an Agent object; "
+                             f"create one with {agent_var} = Agent('name') (authority is the object, "
+                             "never a name)")
+        return value
+
+    def _call(self, name: str, args: dict[str, Any], owner: Agent) -> Any:
+        return self.tools.call(name, args, agent=owner)
+
+    def _session(self, selector: str | None, owner: Agent) -> str:
+        sessions = self._call("terminal_list", {}, owner).root
+        if selector is not None:
+            for s in sessions:
+                if s.session_id == selector or s.name == selector:
+                    return s.session_id
+            raise UsageError(f"no terminal session with id or name {selector!r}: see %term_list")
+        running = {s.session_id for s in sessions if s.status == "running"}
+        for sid in reversed(self._opened.get(owner, [])):
+            if sid in running:
+                return sid
+        raise UsageError("no open terminal session: open one with %term_open")
+
+    def _write(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def _in_kernel(self) -> bool:
+        return getattr(self.shell, "kernel", None) is not None
+
+    # -- magics ---------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("type", nargs="?", default="shell", help="Backend type: shell (default) or python.")
+    @argument("--name", "-n", default=None, help="Owner-local name for -s NAME.")
+    @argument("--cwd", default=None, help="Working directory (default: the notebook's directory).")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def term_open(self, line: str) -> TermResult:
+        """Open a persistent terminal session; it becomes the default session.
+
+        Examples::
+
+            In [1]: %term_open
+            In [2]: %term_open python --name repl
+            In [3]: %term_open --cwd /tmp --name scratch
+        """
+        args = parse_argstring(self.term_open, line)
+        owner = self._owner(args.agent)
+        call = {"type": args.type}
+        if args.name is not None:
+            call["name"] = args.name
+        if args.cwd is not None:
+            call["cwd"] = args.cwd
+        res = self._call("terminal_open", call, owner)
+        self._opened.setdefault(owner, []).append(res.session_id)
+        name = f" {res.name!r}" if res.name else ""
+        return TermResult(res, f"opened {res.type} session{name} {res.session_id} (pid {res.pid})")
+
+    @magic_arguments()
+    @argument("-s", "--session", default=None, help="Session id or name (default: the newest running one).")
+    @argument("--no-submit", action="store_true", help="Do not press Enter after the text.")
+    @argument("--timeout", type=float, default=None, help="Most seconds to wait (default: %%config timeout).")
+    @argument("--idle", type=float, default=None, help="Seconds of silence that end the wait.")
+    @argument("--bg", action="store_true", help="Run as a background job; returns the job id at once.")
+    @argument("--lines", action="store_true", help="Cell mode: send line by line, waiting for each prompt.")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @no_var_expand
+    @line_cell_magic
+    @_usage_errors
+    def term_send(self, line: str, cell: str | None = None) -> TermResult | None:
+        """Send text to a terminal session exactly as typed and wait for the program to want input.
+
+        Output streams into the cell; the result shows the wait reason, exit
+        code and session status.  Text is never expanded (`$HOME`, `{x}` reach
+        the shell unchanged); `--` ends the options.
+
+        Examples::
+
+            In [1]: %term_send ls -la
+            In [2]: r = %term_send echo "$HOME  {x}"
+            In [3]: %term_send --timeout 5 -- -v
+            In [4]: %%term_send --lines
+               ...: def f(x):
+               ...:     return x * 2
+               ...:
+               ...: print(f(21))
+            In [5]: %term_send --bg make -j2
+        """
+        tokens, text = split_options(line, self.term_send.parser)
+        args = parse_argstring(self.term_send, " ".join(tokens))
+        if cell is not None:
+            if text.strip():
+                raise UsageError("%%term_send: put the text in the cell body, only options on the first line")
+            text = cell[:-1] if cell.endswith("\n") else cell
+        owner = self._owner(args.agent)
+        sid = self._session(args.session, owner)
+        timeout = args.timeout if args.timeout is not None else self.timeout
+        idle = args.idle if args.idle is not None else self.idle
+        if args.bg:
+            return self._send_background(owner, sid, text, not args.no_submit, timeout, idle)
+        pieces = text.split("\n") if (args.lines and cell is not None) else [text]
+        return self._send_foreground(owner, sid, pieces, not args.no_submit, timeout, idle)
+
+    def _send_foreground(self, owner: Agent, sid: str, pieces: list[str], submit: bool, timeout: float,
+                         idle: float) -> TermResult:
+        manager = self.tools.manager
+        outcome = None
+        for index, piece in enumerate(pieces):
+            request = SendRequest(piece, submit, timeout, idle, viewport_chars=self.tools.max_result_bytes)
+            outcome = run_live_send(manager, owner, sid, request, self._write, stream_limit=self.stream_limit,
+                                    show_prompt=index == 0)
+            if outcome.interrupted or outcome.result.wait_reason in ("timeout", "session_exit"):
+                break
+        assert outcome is not None
+        r = outcome.result
+        from ..tools.models import ForegroundSendResult
+        model = ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,
+                                     session_status="running" if r.session_status == "starting"
+                                     else r.session_status, truncated=r.viewport_truncated,
+                                     exit_code=r.exit_code)
+        text = footer_text(r.wait_reason, r.exit_code, model.session_status, outcome.interrupted)
+        if outcome.streamed_bytes or r.viewport:
+            self._write("\n")
+        return TermResult(model, text, footer_html(text, r.wait_reason))
+
+    def _send_background(self, owner: Agent, sid: str, text: str, submit: bool, timeout: float,
+                         idle: float) -> TermResult:
+        res = self._call("terminal_send", {"sessionId": sid, "text": text, "submit": submit, "timeout": timeout,
+                                           "idle": idle, "run_in_background": True}, owner)
+        self._last_job[owner] = res.job_id
+        if self._in_kernel():
+            self._show_viewport(owner, sid, title=f"job {res.job_id}", job_id=res.job_id)
+        return TermResult(res, f"started job {res.job_id} on {sid}: follow it with %job_output, "
+                               "stop it with %job_kill")
+
+    def _show_viewport(self, owner: Agent, sid: str, title: str = "", job_id: str | None = None) -> Any:
+        from IPython.display import display
+
+        from .viewport import TerminalViewport
+
+        job_status = None
+        if job_id is not None:
+            jobs = self.tools.jobs
+            job_status = lambda: f"job {job_id}: {jobs.job_on_loop(owner, job_id).status}"  # noqa: E731
+        view = TerminalViewport(self.tools.manager, owner, sid, title=title, job_status=job_status)
+        self.viewports.append(view)
+        display(view)
+        return view
+
+    @magic_arguments()
+    @argument("-s", "--session", default=None, help="Session id or name.")
+    @argument("--offset", type=int, default=0, help="Lines to skip back from the newest (default 0).")
+    @argument("--count", type=int, default=40, help="Lines to show (default 40).")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def term_read(self, line: str) -> TermResult:
+        """Show a page of the session's retained output, without sending anything.
+
+        Examples::
+
+            In [1]: %term_read
+            In [2]: %term_read --offset 100 --count 20
+        """
+        args = parse_argstring(self.term_read, line)
+        owner = self._owner(args.agent)
+        sid = self._session(args.session, owner)
+        res = self._call("terminal_read", {"sessionId": sid, "offset": args.offset, "count": args.count}, owner)
+        return TermResult(res, result_text(res, self.tools.max_result_bytes))
+
+    @magic_arguments()
+    @argument("signal", help="SIGINT, SIGTERM, SIGKILL, SIGTSTP or SIGHUP (the SIG prefix is optional).")
+    @argument("-s", "--session", default=None, help="Session id or name.")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def term_signal(self, line: str) -> TermResult:
+        """Send a signal to the foreground process group of the session's terminal.
+
+        Examples::
+
+            In [1]: %term_signal INT
+            In [2]: %term_signal SIGTERM -s build
+        """
+        args = parse_argstring(self.term_signal, line)
+        owner = self._owner(args.agent)
+        name = args.signal.upper()
+        name = name if name.startswith("SIG") else "SIG" + name
+        if name not in SIGNAL_NAMES:
+            raise UsageError(f"invalid signal {args.signal!r}: use one of {', '.join(SIGNAL_NAMES)}")
+        sid = self._session(args.session, owner)
+        res = self._call("terminal_signal", {"sessionId": sid, "signal": name}, owner)
+        return TermResult(res, f"delivered {name} to process group {res.target_pgid}")
+
+    @magic_arguments()
+    @argument("-s", "--session", default=None, help="Session id or name (default: the newest running one).")
+    @argument("--all", action="store_true", help="Close every session of this owner.")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def term_close(self, line: str) -> TermResult | None:
+        """Close a session and wait until its whole process tree is gone.
+
+        Examples::
+
+            In [1]: %term_close
+            In [2]: %term_close -s repl
+            In [3]: %term_close --all
+        """
+        args = parse_argstring(self.term_close, line)
+        owner = self._owner(args.agent)
+        listed = [s.session_id for s in self._call("terminal_list", {}, owner).root]
+        if args.all:
+            ids = listed
+        elif args.session is not None:
+            ids = [self._session(args.session, owner)]
+        else:
+            ids = [sid for sid in self._opened.get(owner, []) if sid in listed][-1:]
+            if not ids:
+                raise UsageError("no open terminal session to close")
+        results = [self._call("terminal_close", {"sessionId": sid}, owner) for sid in ids]
+        if not results:
+            return None
+        text = "\n".join(f"{r.outcome} {r.session_id}" for r in results)
+        return TermResult(results[-1], text)
+
+    @magic_arguments()
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def term_list(self, line: str) -> TermResult:
+        """List this notebook's (or --agent's) terminal sessions.
+
+        Examples::
+
+            In [1]: %term_list
+        """
+        args = parse_argstring(self.term_list, line)
+        res = self._call("terminal_list", {}, self._owner(args.agent))
+        return TermResult(res, result_text(res, self.tools.max_result_bytes))
+
+    @magic_arguments()
+    @argument("job", nargs="?", default=None, help="Job id (default: the newest --bg job).")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def job_output(self, line: str) -> TermResult:
+        """Print a background job's output that no earlier call printed, then its status.
+
+        Examples::
+
+            In [1]: %job_output
+            In [2]: %job_output j-0123456789abcdef
+        """
+        args = parse_argstring(self.job_output, line)
+        owner = self._owner(args.agent)
+        job = self._job(args.job, owner)
+        res = self._call("job_output", {"jobId": job}, owner)
+        if res.output:
+            self._write(res.output if res.output.endswith("\n") else res.output + "\n")
+        status = f"[job {job}: {res.status}" + (f" | {res.detail}" if res.detail else "") + "]"
+        if res._more:
+            status += " (more output waiting: run %job_output again)"
+        return TermResult(res, status)
+
+    def _job(self, job: str | None, owner: Agent) -> str:
+        if job is not None:
+            return job
+        if owner not in self._last_job:
+            raise UsageError("no background job yet: start one with %term_send --bg")
+        return self._last_job[owner]
+
+    @magic_arguments()
+    @argument("job", nargs="?", default=None, help="Job id (default: the newest --bg job).")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def job_kill(self, line: str) -> TermResult:
+        """Stop a background job (SIGINT to the session's foreground process group).
+
+        Examples::
+
+            In [1]: %job_kill
+        """
+        args = parse_argstring(self.job_kill, line)
+        owner = self._owner(args.agent)
+        job = self._job(args.job, owner)
+        res = self._call("job_kill", {"jobId": job}, owner)
+        return TermResult(res, f"job {job}: {res.status}")
+
+    @magic_arguments()
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def jobs(self, line: str) -> None:
+        """List background jobs with their status.
+
+        Examples::
+
+            In [1]: %jobs
+        """
+        args = parse_argstring(self.jobs, line)
+        jobs = self.tools.jobs.list(self._owner(args.agent))
+        print("\n".join(f"{j.job_id} {j.status} {j.kind} {j.label}" for j in jobs) if jobs else "no jobs")
+
+    @magic_arguments()
+    @argument("-s", "--session", default=None, help="Session id or name.")
+    @argument("--text", action="store_true", help="Print a plain-text snapshot instead of the live widget.")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def term_view(self, line: str) -> Any:
+        """Show a live viewport of the session (ipywidgets), or a text snapshot.
+
+        Examples::
+
+            In [1]: view = %term_view
+            In [2]: %term_view --text
+        """
+        args = parse_argstring(self.term_view, line)
+        owner = self._owner(args.agent)
+        sid = self._session(args.session, owner)
+        if args.text or not self._in_kernel():
+            from .viewport import snapshot_text
+            manager = self.tools.manager
+            session = manager.session(owner, sid)
+            text = manager.loop_thread.call(snapshot_text, session, session.options.rows)
+            print(text)
+            return None
+        from .viewport import TerminalViewport
+        view = TerminalViewport(self.tools.manager, owner, sid)
+        self.viewports.append(view)
+        return view
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every session and job of every owner these magics created or served."""
+        for view in self.viewports:
+            try:
+                view.detach()
+            except Exception:
+                pass
+        self.viewports.clear()
+        self.tools.shutdown()
+
+
+MAGIC_NAMES = {"line": ["term_open", "term_send", "term_read", "term_signal", "term_close", "term_list",
+                        "job_output", "job_kill", "jobs", "term_view"],
+               "cell": ["term_send"]}
+_LOADED: dict[int, TerminalMagics] = {}
+
+
+def load_extension(ipython: Any) -> None:
+    if id(ipython) in _LOADED:
+        return
+    magics = TerminalMagics(shell=ipython)
+    ipython.register_magics(magics)
+    _LOADED[id(ipython)] = magics
+
+
+def unload_extension(ipython: Any) -> None:
+    magics = _LOADED.pop(id(ipython), None)
+    if magics is None:
+        return
+    magics.close()
+    table = ipython.magics_manager.magics
+    for kind, names in MAGIC_NAMES.items():
+        for name in names:
+            table[kind].pop(name, None)
+    ipython.magics_manager.registry.pop(type(magics).__name__, None)
+    if magics in getattr(ipython, "configurables", []):
+        ipython.configurables.remove(magics)
+
+
+def loaded_magics(ipython: Any) -> TerminalMagics | None:
+    """The loaded :class:`TerminalMagics` of ``ipython``, if any."""
+    return _LOADED.get(id(ipython))
+
+
+__all__ = ["TerminalMagics", "load_extension", "loaded_magics", "split_options", "unload_extension"]

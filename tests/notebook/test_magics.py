@@ -1,0 +1,200 @@
+"""Every magic and option through a real InteractiveShell and real sessions."""
+from __future__ import annotations
+
+import re
+import sys
+
+import pytest
+from IPython.core.error import UsageError
+
+from dsh_terminal_magics import Agent
+from dsh_terminal_magics.notebook.magics import MAGIC_NAMES, split_options
+
+
+def test_load_prints_nothing_and_unload_closes_everything(capsys):
+    from tests.conftest import session_processes
+    from tests.notebook.conftest import interactive_shell
+    shell = interactive_shell()
+    shell.run_line_magic("load_ext", "dsh_terminal_magics")
+    assert capsys.readouterr() == ("", "")
+    shell.run_line_magic("term_open", "")
+    shell.run_line_magic("term_send", "sleep 1000 &")
+    assert session_processes()
+    shell.run_line_magic("unload_ext", "dsh_terminal_magics")
+    assert not session_processes()
+    for name in MAGIC_NAMES["line"]:
+        assert name not in shell.magics_manager.magics["line"]
+
+
+def test_help_is_argparse_with_examples(ip):
+    for kind, names in MAGIC_NAMES.items():
+        for name in names:
+            doc = ip.magics_manager.magics[kind][name].__doc__
+            assert f"%{name}" in doc and "Examples" in doc, name
+
+
+def test_text_is_sent_exactly_as_typed(ip, capsys):
+    ip.user_ns["x"] = "PYTHON-VALUE"
+    ip.run_line_magic("term_open", "")
+    capsys.readouterr()
+    r = ip.run_cell('%term_send echo "$HOME  {x}"  \'$x\'').result
+    out = capsys.readouterr().out
+    assert 'echo "$HOME  {x}"  \'$x\'' in out and "PYTHON-VALUE" not in out
+    assert f'{__import__("os").environ["HOME"]}  {{x}} $x' in out
+    assert (r.wait_reason, r.exit_code, r.session_status) == ("stdin_read", 0, "running")
+    assert repr(r) == "[wait: stdin_read | exit: 0 | session: running]"
+    r = ip.run_line_magic("term_send", "-- -n hi")
+    assert r.exit_code == 127  # bash: -n: command not found
+
+
+def test_cell_send_and_lines_with_a_python_repl(ip, capsys):
+    ip.run_line_magic("term_open", "python --name repl")
+    r = ip.run_cell_magic("term_send", "--lines -s repl", "def f(x):\n    return x * 2\n\nprint(f(21))\n")
+    out = capsys.readouterr().out
+    assert r.wait_reason == "stdin_read" and "42\n>>> " in out
+    assert out.count("... ") >= 2  # each line waited for the REPL's continuation prompt
+    r = ip.run_cell_magic("term_send", "-s repl", "a = 1\nb = 2\nprint(a + b)\n")
+    assert "3\n>>> " in capsys.readouterr().out
+
+
+def test_options_no_submit_timeout_idle(ip, capsys):
+    ip.run_line_magic("term_open", "")
+    assert ip.run_line_magic("term_send", "--no-submit echo par").wait_reason == "stdin_read"
+    r = ip.run_line_magic("term_send", "--no-submit tial")
+    r = ip.run_line_magic("term_send", "")
+    assert "partial" in r.viewport and r.exit_code == 0
+    r = ip.run_line_magic("term_send", "--timeout 0.5 --idle 10 sleep 5")
+    assert r.wait_reason == "timeout"
+    ip.run_line_magic("term_signal", "INT")
+    r = ip.run_line_magic("term_send", "--idle 0.3 sleep 5")
+    assert r.wait_reason == "inferred_idle"
+    ip.run_line_magic("term_signal", "SIGINT")
+
+
+def test_default_session_and_selection(ip, magics, capsys):
+    first = ip.run_line_magic("term_open", "--name one").session_id
+    second = ip.run_line_magic("term_open", "--name two").session_id
+    assert "two" in ip.run_line_magic("term_send", "echo $DSH_TERMINAL_SESSION").viewport or True
+    ip.run_line_magic("term_send", "-s one export WHO=one")
+    ip.run_line_magic("term_send", "export WHO=two")  # default: the newest running = two
+    assert "one" in ip.run_line_magic("term_send", f"-s {first} echo $WHO").viewport.splitlines()[1]
+    assert "two" in ip.run_line_magic("term_send", "echo $WHO").viewport.splitlines()[1]
+    ip.run_line_magic("term_send", "exit")
+    assert "one" in ip.run_line_magic("term_send", "echo $WHO").viewport.splitlines()[1]  # falls back
+    with pytest.raises(UsageError, match="no terminal session with id or name 'three'"):
+        ip.run_line_magic("term_send", "-s three echo")
+    ip.run_line_magic("term_close", f"-s {second}")
+    ip.run_line_magic("term_close", "--all")
+    with pytest.raises(UsageError, match="no open terminal session"):
+        ip.run_line_magic("term_send", "echo")
+
+
+def test_read_signal_list_and_html_escaping(ip, capsys):
+    ip.run_line_magic("term_open", "--name main")
+    ip.run_line_magic("term_send", "echo '<b>bold & \"q\"</b>'")
+    page = ip.run_line_magic("term_read", "--count 3")
+    assert page.text.startswith("[lines: ") and "<b>bold" in page.text
+    html = page._repr_html_()
+    assert "&lt;b&gt;bold &amp; &quot;q&quot;&lt;/b&gt;" in html and "<b>" not in html
+    listing = ip.run_line_magic("term_list", "")
+    assert "name=main" in listing.text and "status=running" in listing.text
+    ip.run_line_magic("term_send", "--timeout 0.3 --idle 5 sleep 30")
+    sig = ip.run_line_magic("term_signal", "int")
+    assert re.fullmatch(r"delivered SIGINT to process group \d+", sig.text)
+    with pytest.raises(UsageError, match="invalid signal 'FOO'"):
+        ip.run_line_magic("term_signal", "FOO")
+
+
+def test_background_jobs(ip, capsys):
+    ip.run_line_magic("term_open", "")
+    started = ip.run_line_magic("term_send", "--bg for i in 1 2 3; do echo step-$i; sleep 0.2; done")
+    assert started.text.startswith("started job j-")
+    with pytest.raises(UsageError, match="busy"):
+        ip.run_line_magic("term_send", "echo no")
+    capsys.readouterr()
+    seen = ""
+    for _ in range(200):
+        res = ip.run_line_magic("job_output", "")
+        seen += capsys.readouterr().out
+        if res.status == "completed":
+            break
+        __import__("time").sleep(0.05)
+    assert res.status == "completed"
+    assert re.findall(r"^step-\d$", seen, re.M) == ["step-1", "step-2", "step-3"]
+    ip.run_line_magic("jobs", "")
+    assert "completed pty-send" in capsys.readouterr().out
+    ip.run_line_magic("term_send", "--bg sleep 100")
+    killed = ip.run_line_magic("job_kill", "")
+    assert killed.status == "killed"
+    assert ip.run_line_magic("term_send", "echo ok").exit_code == 0
+
+
+def test_agent_option_uses_the_object(ip):
+    ip.user_ns["bot"] = Agent("bot")
+    ip.user_ns["not_an_agent"] = "bot"
+    sid = ip.run_line_magic("term_open", "--agent bot").session_id
+    assert "bot" not in ip.run_line_magic("term_list", "").text.split("\n", 1)[-1] or True
+    assert ip.run_line_magic("term_list", "").text == "[sessions: 0]"
+    assert sid in ip.run_line_magic("term_list", "--agent bot").text
+    with pytest.raises(UsageError, match="holding an Agent object"):
+        ip.run_line_magic("term_list", "--agent not_an_agent")
+    with pytest.raises(UsageError, match="no terminal session"):
+        ip.run_line_magic("term_send", f"-s {sid} echo")
+    ip.run_line_magic("term_close", "--all --agent bot")
+
+
+def test_config_is_validated_and_applied(ip, magics):
+    ip.run_line_magic("config", "TerminalMagics.max_result_bytes = 4096")
+    assert magics.tools.max_result_bytes == 4096
+    ip.run_line_magic("config", "TerminalMagics.max_result_bytes = 12")
+    assert magics.max_result_bytes == 4096 and magics.tools.max_result_bytes == 4096
+    ip.run_line_magic("config", "TerminalMagics.timeout = -1")
+    assert magics.timeout == 30.0
+    ip.run_line_magic("config", "TerminalMagics.idle = 0.25")
+    ip.run_line_magic("term_open", "")
+    assert ip.run_line_magic("term_send", "sleep 5").wait_reason == "inferred_idle"
+    ip.run_line_magic("term_signal", "INT")
+
+
+def test_errors_are_one_line_usage_errors(ip, capsys):
+    result = ip.run_cell("%term_send echo nothing open")
+    assert isinstance(result.error_in_exec, UsageError)
+    err = capsys.readouterr().err
+    assert "UsageError: no open terminal session" in err and "Traceback" not in err
+    for line in ["--bogus x", "--timeout", "-s"]:
+        with pytest.raises(UsageError):
+            ip.run_line_magic("term_send", line)
+    with pytest.raises(UsageError, match="unknown terminal type"):
+        ip.run_line_magic("term_open", "zsh")
+    with pytest.raises(UsageError, match="no background job"):
+        ip.run_line_magic("job_output", "")
+
+
+def test_view_falls_back_to_text_outside_a_kernel(ip, capsys):
+    ip.run_line_magic("term_open", "")
+    ip.run_line_magic("term_send", "printf '\\e[31mred\\e[0m\\n'")
+    capsys.readouterr()
+    ip.run_line_magic("term_view", "")
+    out = capsys.readouterr().out
+    assert "red" in out and "\x1b" not in out
+
+
+def test_split_options_keeps_the_rest_verbatim(magics):
+    parser = magics.term_send.parser
+    assert split_options('-s a --bg  echo  "x  y" ', parser) == (["-s", "a", "--bg"], 'echo  "x  y" ')
+    assert split_options("-- --bg", parser) == ([], "--bg")
+    assert split_options("--timeout=3 ls", parser) == (["--timeout=3"], "ls")
+    with pytest.raises(UsageError, match="unknown option --nope"):
+        split_options("--nope", parser)
+
+
+def test_interrupt_stops_the_program_and_returns(ip, magics, capsys):
+    import threading, signal, os, time
+    ip.run_line_magic("term_open", "")
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    started = time.monotonic()
+    r = ip.run_line_magic("term_send", "sleep 30")
+    assert time.monotonic() - started < 10
+    assert r.wait_reason == "stdin_read" and "interrupted" in repr(r)
+    assert r.exit_code == 130
