@@ -19,6 +19,8 @@ class LiveSendOutcome:
     result: SendResult
     interrupted: bool
     streamed_bytes: int
+    #: Raw offset up to which output was streamed: pass it as ``resume_from`` to the next send.
+    raw_offset: int
 
 
 class _RawFollower:
@@ -28,7 +30,7 @@ class _RawFollower:
                  write: Callable[[str], None]) -> None:
         self._loop = manager.loop_thread
         self._session = session
-        self._offset = offset
+        self.offset = offset
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
         self._limit = limit
@@ -38,12 +40,12 @@ class _RawFollower:
 
     def _grab(self) -> tuple[bytes, int, int]:
         ring = self._session.raw  # type: ignore[attr-defined]
-        data, lost = ring.since(self._offset)
+        data, lost = ring.since(self.offset)
         return data, lost, ring.total
 
     def flush(self, final: bool = False) -> None:
         data, lost, total = self._loop.call(self._grab)
-        self._offset = total
+        self.offset = total
         text = self._pending + self._decoder.decode(data, final=final)
         self._pending = ""
         if not final:
@@ -66,19 +68,25 @@ class _RawFollower:
 
 def run_live_send(manager: SessionManager, owner: object, session_id: str, request: SendRequest,
                   write: Callable[[str], None], *, stream_limit: int = 1024 * 1024,
-                  holder: str = "a foreground send (%term_send)", show_prompt: bool = True) -> LiveSendOutcome:
+                  holder: str = "a foreground send (%term_send)", show_prompt: bool = True,
+                  resume_from: int | None = None) -> LiveSendOutcome:
     """Send in the foreground, streaming output through ``write`` until the wait ends.
 
-    Ctrl-C (kernel interrupt) interrupts the program (SIGINT to its
-    foreground group) and still returns the result once it is back.
+    The stream starts with the prompt the program showed (``show_prompt``),
+    or, when output arrived after ``resume_from`` (where the previous stream
+    ended), with that unseen output.  Ctrl-C (kernel interrupt) interrupts
+    the program (SIGINT to its foreground group) and still returns the result
+    once it is back.
     """
     loop = manager.loop_thread
     session = manager.session(owner, session_id)
 
     def begin():  # type: ignore[no-untyped-def]
-        prompt = session.scrollback.partial_line
         offset = session.raw.total
-        return manager.begin_send(owner, session_id, request, holder), offset, prompt
+        unseen = resume_from is not None and resume_from < offset
+        prompt = "" if unseen else session.scrollback.partial_line
+        op = manager.begin_send(owner, session_id, request, holder)
+        return op, (resume_from if unseen else offset), prompt
 
     op, offset, prompt = loop.call(begin)
     follower = _RawFollower(manager, session, offset, stream_limit, write)
@@ -101,4 +109,4 @@ def run_live_send(manager: SessionManager, owner: object, session_id: str, reque
             interrupted = True
             loop.call(op.cancel)
     follower.flush(final=True)
-    return LiveSendOutcome(result, interrupted, follower.streamed)
+    return LiveSendOutcome(result, interrupted, follower.streamed, follower.offset)

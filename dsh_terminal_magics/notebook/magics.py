@@ -126,6 +126,7 @@ class TerminalMagics(Magics):
                                    session_options=SessionOptions(scrollback_lines=self.scrollback_lines))
         self._opened: dict[Agent, list[str]] = {}
         self._last_job: dict[Agent, str] = {}
+        self._streamed_to: dict[str, int] = {}  # session id -> raw offset shown in a cell so far
         self.viewports: list[Any] = []
 
     def _tools_config(self) -> dict[str, Any]:
@@ -266,7 +267,8 @@ class TerminalMagics(Magics):
         for index, piece in enumerate(pieces):
             request = SendRequest(piece, submit, timeout, idle, viewport_chars=self.tools.max_result_bytes)
             outcome = run_live_send(manager, owner, sid, request, self._write, stream_limit=self.stream_limit,
-                                    show_prompt=index == 0)
+                                    show_prompt=index == 0, resume_from=self._streamed_to.get(sid))
+            self._streamed_to[sid] = outcome.raw_offset
             if outcome.interrupted or outcome.result.wait_reason in ("timeout", "session_exit"):
                 break
         assert outcome is not None

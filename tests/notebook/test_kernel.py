@@ -1,0 +1,111 @@
+"""A real ipykernel through jupyter_client: idle progress, no hangs, nothing left after shutdown or SIGKILL."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from typing import Iterator
+
+import pytest
+from jupyter_client.manager import KernelManager
+
+from dsh_terminal_magics.mechanism.process_tree import ProcessId, is_alive, read_stat
+from tests.conftest import wait_for
+
+
+class Kernel:
+    def __init__(self) -> None:
+        self.km = KernelManager(kernel_name="python3")
+        self.km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"], env={**os.environ})
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    def run(self, code: str, timeout: float = 60) -> tuple[str, str]:
+        """Execute ``code``; return (status, all text it printed or displayed)."""
+        chunks: list[str] = []
+
+        def hook(msg: dict) -> None:
+            content = msg["content"]
+            if msg["msg_type"] == "stream":
+                chunks.append(content["text"])
+            elif msg["msg_type"] in ("execute_result", "display_data"):
+                chunks.append(content["data"].get("text/plain", "") + "\n")
+            elif msg["msg_type"] == "error":
+                chunks.append(f"{content['ename']}: {content['evalue']}\n")
+
+        reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+        return reply["content"]["status"], "".join(chunks)
+
+    def pids(self, text: str) -> list[ProcessId]:
+        out = []
+        for pid in map(int, re.findall(r"PID=(\d+)", text)):
+            stat = read_stat(pid)
+            assert stat is not None
+            out.append(ProcessId(pid, stat.start_time))
+        return out
+
+    def stop(self) -> None:
+        self.kc.stop_channels()
+        if self.km.has_kernel:
+            self.km.shutdown_kernel(now=False)
+
+
+@pytest.fixture
+def kernel() -> Iterator[Kernel]:
+    k = Kernel()
+    yield k
+    k.stop()
+
+
+def test_background_job_progresses_while_idle_and_read_does_not_hang(kernel):
+    status, out = kernel.run("%load_ext dsh_terminal_magics")
+    assert status == "ok" and out == ""
+    kernel.run("%term_open")
+    status, out = kernel.run("%term_send --bg for i in $(seq 1 20); do echo tick-$i; sleep 0.1; done")
+    assert status == "ok" and "started job j-" in out
+    time.sleep(3.0)  # the kernel is idle: no cell runs while the job works
+    status, out = kernel.run("%job_output")
+    assert "tick-20" in out and "completed" in out, out
+    started = time.monotonic()
+    status, out = kernel.run("%term_send read x", timeout=30)
+    assert status == "ok" and "wait: stdin_read" in out and time.monotonic() - started < 10
+    status, out = kernel.run("%term_send answer\n%term_send echo got=$x", timeout=30)
+    assert "got=answer" in out
+
+
+def _start_tree(kernel: Kernel) -> list[ProcessId]:
+    kernel.run("%load_ext dsh_terminal_magics")
+    kernel.run("%term_open")
+    kernel.run("%term_open python")
+    cmds = ["echo PID=$$", "sleep 1000 & echo PID=$!", "nohup sleep 1000 >/dev/null 2>&1 & echo PID=$!",
+            "setsid sh -c 'echo PID=$$; exec sleep 1000' &", "sleep 0.3"]
+    text = ""
+    for cmd in cmds:
+        text += kernel.run(f"%term_send -s {_first_session(kernel)} {cmd}")[1]
+    pids = kernel.pids(text)
+    assert len(pids) == 4 and all(is_alive(p) for p in pids)
+    return pids
+
+
+def _first_session(kernel: Kernel) -> str:
+    _, out = kernel.run("%term_list")
+    return re.search(r"(t-[0-9a-f]{16}) type=shell", out).group(1)
+
+
+def test_kernel_shutdown_leaves_no_session_process(kernel):
+    pids = _start_tree(kernel)
+    kernel.stop()
+    wait_for(lambda: not any(is_alive(p) for p in pids), timeout=20)
+
+
+def test_kernel_sigkill_leaves_no_session_process(kernel):
+    pids = _start_tree(kernel)
+    kernel_pid = kernel.km.provisioner.process.pid
+    os.kill(kernel_pid, signal.SIGKILL)
+    started = time.monotonic()
+    wait_for(lambda: not any(is_alive(p) for p in pids), timeout=20)
+    print(f"abrupt kernel death: all {len(pids)} session processes gone in {time.monotonic() - started:.2f}s",
+          file=sys.stderr)

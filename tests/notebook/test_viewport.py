@@ -1,0 +1,109 @@
+"""The viewport widget against a recording comm: what it sends, how often, and what reaches the session."""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterator
+
+import comm
+import pytest
+from ipywidgets import Widget
+
+from dsh_terminal_magics.mechanism import SendRequest
+from dsh_terminal_magics.notebook.viewport import TerminalViewport
+from tests.conftest import wait_for
+
+
+class RecordingComm:
+    comm_id = "recording"
+    kernel = "present"
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.messages: list[dict] = []
+
+    def open(self, *args, **kwargs) -> None:
+        pass
+
+    def on_msg(self, *args, **kwargs) -> None:
+        pass
+
+    def send(self, data=None, metadata=None, buffers=None) -> None:
+        self.messages.append(data)
+
+    def close(self, *args, **kwargs) -> None:
+        pass
+
+
+@pytest.fixture
+def recording_comm(monkeypatch) -> Iterator[None]:
+    monkeypatch.setattr(comm, "create_comm", lambda **kwargs: RecordingComm())
+    yield
+
+
+def updates(widget: Widget, key: str) -> list[str]:
+    return [m["state"][key] for m in widget.comm.messages
+            if m and m.get("method") == "update" and key in m.get("state", {})]
+
+
+@pytest.fixture
+def view(recording_comm, manager, agent) -> Iterator[TerminalViewport]:
+    sid = manager.spawn(agent, "shell").session_id
+    v = TerminalViewport(manager, agent, sid)
+    yield v
+    v.detach()
+    try:
+        manager.kill(agent, sid)
+    except Exception:
+        pass
+
+
+def test_repr_is_stable(view):
+    assert repr(view) == f"TerminalViewport(session={view.session_id}, 160x40)"
+
+
+def test_flood_is_coalesced_and_never_resends_history(view, manager, agent):
+    started = time.monotonic()
+    r = manager.send(agent, view.session_id, SendRequest("seq 1 1500000", timeout=120))  # ~10 MB
+    assert r.wait_reason == "stdin_read"
+    elapsed = time.monotonic() - started
+    view.flush()
+    screens = updates(view.screen, "value")
+    assert 1 <= len(screens) <= elapsed * 20 + 5
+    assert max(len(s) for s in screens) < 64 * 1024  # the screen, not the history
+    assert "1500000" in screens[-1]
+
+
+def test_input_and_buttons_reach_the_session_from_other_threads(view, manager, agent):
+    t = threading.Thread(target=lambda: setattr(view.input, "value", "echo typed-$((6*7))"))
+    t.start()
+    t.join()
+    wait_for(lambda: "typed-42" in view.snapshot())
+    assert view.input.value == ""
+    manager.send(agent, view.session_id, SendRequest("sleep 100", timeout=0.3, idle=10))
+    clicker = threading.Thread(target=lambda: view.buttons[0].click())  # Ctrl-C
+    clicker.start()
+    clicker.join()
+    r = manager.send(agent, view.session_id, SendRequest("echo after", timeout=10))
+    assert r.wait_reason == "stdin_read" and r.elapsed < 5
+    wait_for(lambda: "after" in view.snapshot())
+
+
+def test_program_output_is_escaped_and_neutralised(view, manager, agent):
+    manager.send(agent, view.session_id, SendRequest(
+        r"printf '<script>alert(1)</script> \e]52;c;SGVsbG8=\a\e]8;;javascript:alert(2)\e\\link\e]8;;\e\\ "
+        r"\e[1;31m&red\e[0m\n'"))
+    view.flush()
+    html = updates(view.screen, "value")[-1]
+    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "javascript:" not in html.split("printf", 1)[-1].split("\n", 1)[-1]
+    assert "SGVsbG8" not in html.split("\n")[-2]
+    assert 'style="color:#cd3131;font-weight:bold">&amp;red</span>' in html
+
+
+def test_closed_session_leaves_its_final_view(recording_comm, manager, agent):
+    sid = manager.spawn(agent, "shell").session_id
+    view = TerminalViewport(manager, agent, sid)
+    manager.send(agent, sid, SendRequest("echo last words"))
+    manager.kill(agent, sid)
+    view.flush()
+    assert "last words" in view.screen.value and "status: closed" in view.status.value
