@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -29,6 +30,8 @@ from .display import TermResult, footer_html, footer_text
 from .live_send import run_live_send
 
 _TOKEN = re.compile(r"\s*(\S+)")
+#: Seconds between polls of ``%job_output --wait``.
+JOB_POLL_INTERVAL = 0.1
 SIGNAL_NAMES = ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP")
 
 
@@ -401,6 +404,7 @@ class TerminalMagics(Magics):
 
     @magic_arguments()
     @argument("job", nargs="?", default=None, help="Job id (default: the newest --bg job).")
+    @argument("--wait", action="store_true", help="Keep printing new output until the job ends.")
     @argument("--agent", default=None, help="Act as the Agent held in this variable.")
     @line_magic
     @_usage_errors
@@ -411,13 +415,21 @@ class TerminalMagics(Magics):
 
             In [1]: %job_output
             In [2]: %job_output j-0123456789abcdef
+            In [3]: %job_output --wait
         """
         args = parse_argstring(self.job_output, line)
         owner = self._owner(args.agent)
         job = self._job(args.job, owner)
-        res = self._call("job_output", {"jobId": job}, owner)
-        if res.output:
-            self._write(res.output if res.output.endswith("\n") else res.output + "\n")
+        while True:
+            res = self._call("job_output", {"jobId": job}, owner)
+            if res.output:
+                self._write(res.output if res.output.endswith("\n") else res.output + "\n")
+            if not args.wait or (res.status != "running" and not res._more):
+                break
+            try:
+                time.sleep(JOB_POLL_INTERVAL)
+            except KeyboardInterrupt:
+                break
         status = f"[job {job}: {res.status}" + (f" | {res.detail}" if res.detail else "") + "]"
         if res._more:
             status += " (more output waiting: run %job_output again)"
