@@ -79,11 +79,58 @@ class EventLoopThread:
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
-        """Call a plain function on the loop thread and return its result."""
+        """Call a plain function on the loop thread and return its result.
+
+        One ``call_soon_threadsafe`` hop, no task: the cheapest way in.
+        """
         if self.in_loop_thread():
             return fn(*args)
+        result: concurrent.futures.Future[T] = concurrent.futures.Future()
 
-        async def invoke() -> T:
-            return fn(*args)
+        def invoke() -> None:
+            try:
+                result.set_result(fn(*args))
+            except BaseException as exc:
+                result.set_exception(exc)
 
-        return self.submit(invoke()).result()
+        self.loop.call_soon_threadsafe(invoke)
+        return result.result()
+
+    def call_and_wait(self, start: Callable[[], "asyncio.Future[T]"],
+                      on_interrupt: Callable[[], Any] | None = None) -> T:
+        """Run ``start()`` on the loop (it returns a loop future) and wait here for that future.
+
+        The hot path of a foreground send: one hop in, one hop out, no task
+        creation in between.  On KeyboardInterrupt, ``on_interrupt()`` runs on
+        the loop and the wait continues (bounded) before the interrupt propagates.
+        """
+        if self.in_loop_thread():
+            raise TerminalError("blocking terminal calls cannot be made from the terminal loop thread; "
+                                "use the async API there")
+        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def copy(done: "asyncio.Future[T]") -> None:
+            if done.cancelled():
+                result.cancel()
+            elif done.exception() is not None:
+                result.set_exception(done.exception())  # type: ignore[arg-type]
+            else:
+                result.set_result(done.result())
+
+        def invoke() -> None:
+            try:
+                start().add_done_callback(copy)
+            except BaseException as exc:
+                result.set_exception(exc)
+
+        self.loop.call_soon_threadsafe(invoke)
+        try:
+            return result.result()
+        except KeyboardInterrupt:
+            if on_interrupt is not None:
+                self.loop.call_soon_threadsafe(on_interrupt)
+                try:
+                    result.result(timeout=10)
+                except Exception:
+                    pass
+            raise

@@ -10,6 +10,7 @@ coroutine on the private loop thread.
 """
 from __future__ import annotations
 
+import asyncio
 import atexit
 import os
 import secrets
@@ -200,17 +201,13 @@ class SessionManager:
 
     def send(self, owner: object, session_id: str, request: SendRequest) -> SendResult:
         """Write and wait (see :class:`SendRequest`).  Ctrl-C here interrupts the program too."""
-        future = self._loop.submit(self._start_send(owner, session_id, request, "a foreground send"))
-        op = future.result()
+        started: list[SendOperation] = []
 
-        async def result() -> SendResult:
-            return await op.future
+        def start() -> "asyncio.Future[SendResult]":
+            started.append(self.begin_send(owner, session_id, request, "a foreground send"))
+            return started[0].future
 
-        async def interrupt() -> None:
-            op.cancel()
-            await op.future
-
-        return self._loop.run(result(), on_interrupt=interrupt)
+        return self._loop.call_and_wait(start, on_interrupt=lambda: started and started[0].cancel())
 
     def start_send(self, owner: object, session_id: str, request: SendRequest, holder: str) -> SendOperation:
         """Take the reservation and start a send; returns at once with the operation."""

@@ -18,6 +18,7 @@ import codecs
 import re
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import accumulate, islice
 from typing import Iterator
 
 #: One complete escape sequence: CSI, OSC (BEL or ST terminated), DCS/SOS/PM/APC, nF/Fp/Fe escapes.
@@ -32,6 +33,8 @@ _ESCAPE = re.compile(
 _UNFINISHED = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)\Z")
 #: C0/C1 controls other than TAB, LF, CR and BS.
 _CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
+#: The same C0 controls as bytes (safe to delete before decoding: UTF-8 never uses them in sequences).
+_CONTROL_BYTES = bytes([*range(0x00, 0x08), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 _EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:\x07|\x1b\\)")
 _SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1)([hl])")
 _DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")
@@ -75,6 +78,8 @@ class OutputNormalizer:
         self._pending = ""
 
     def feed(self, data: bytes) -> tuple[str, TerminalEvents]:
+        if not self._pending and b"\x1b" not in data and b"\xc2" not in data:
+            return self._feed_plain(data)
         text = self._pending + self._decoder.decode(data)
         self._pending = ""
         events = TerminalEvents()
@@ -85,6 +90,14 @@ class OutputNormalizer:
         if "\x07" in text:
             events.bells = text.count("\x07")
         return _CONTROL.sub("", text), events
+
+    def _feed_plain(self, data: bytes) -> tuple[str, TerminalEvents]:
+        """Fast path for chunks with no escape and no C1 control: delete controls as bytes."""
+        events = TerminalEvents()
+        bells = data.count(b"\x07")
+        if bells:
+            events.bells = bells
+        return self._decoder.decode(data.translate(None, _CONTROL_BYTES)), events
 
     def flush(self) -> str:
         """Return what is left (an unfinished sequence is dropped)."""
@@ -163,7 +176,7 @@ class ScrollbackBuffer:
         self.max_lines = max_lines
         self.max_chars = max_chars
         self.max_line_chars = max_line_chars
-        self._lines: deque[str] = deque()
+        self._lines: deque[str] = deque(maxlen=max_lines)
         self._chars = 0
         self._first = 1
         self._partial = ""
@@ -179,20 +192,24 @@ class ScrollbackBuffer:
         if "\n" not in text:
             self._set_partial(self._partial + text)
             return
+        if "\r\n" in text:
+            text = text.replace("\r\n", "\n")
         pieces = text.split("\n")
         head = self._partial + pieces[0]
         tail = pieces.pop()
         pieces[0] = head
-        lines = [self._finish(p) if ("\r" in p or "\b" in p or len(p) > self.max_line_chars) else p
-                 for p in pieces]
+        if ("\r" in text or "\b" in text or "\r" in head or "\b" in head
+                or max(map(len, pieces)) > self.max_line_chars):
+            lines = [self._finish(p) if ("\r" in p or "\b" in p or len(p) > self.max_line_chars) else p
+                     for p in pieces]
+        else:  # the common case, decided for the whole chunk at C speed
+            lines = pieces
         if self._partial_cut:
             lines[0] = lines[0][: self.max_line_chars] + self.LINE_CUT_MARKER
         self._partial = ""
         self._partial_cut = False
         self._set_partial(tail)
-        self._lines.extend(lines)
-        self._chars += sum(map(len, lines))
-        self._evict()
+        self._extend(lines)
 
     def _finish(self, raw: str) -> str:
         line = render_line(raw)
@@ -208,11 +225,41 @@ class ScrollbackBuffer:
             self._partial_cut = True
         self._partial = raw
 
-    def _evict(self) -> None:
+    def _extend(self, new: list[str]) -> None:
         lines = self._lines
-        while lines and (len(lines) > self.max_lines or self._chars > self.max_chars):
-            self._chars -= len(lines.popleft())
-            self._first += 1
+        excess = len(lines) + len(new) - self.max_lines
+        if excess > 0:  # the bounded deque drops these itself, at C speed; account for them first
+            old = min(excess, len(lines))
+            dropped = sum(map(len, islice(lines, 0, old)))
+            if excess > old:
+                dropped += sum(map(len, new[: excess - old]))
+            self._chars -= dropped
+            self._first += excess
+        lines.extend(new)
+        self._chars += sum(map(len, new))
+        if self._chars > self.max_chars:
+            self._evict_chars()
+
+    def _evict_chars(self) -> None:
+        lines = self._lines
+        if self._chars > self.max_chars:
+            over = self._chars - self.max_chars
+            count = 0
+            for count, total in enumerate(accumulate(map(len, lines)), 1):
+                if total >= over:
+                    break
+            self._drop_oldest(count)
+
+    def _drop_oldest(self, count: int) -> None:
+        lines = self._lines
+        self._chars -= sum(map(len, islice(lines, 0, count)))
+        if count > len(lines) // 2:
+            self._lines = deque(islice(lines, count, None), maxlen=self.max_lines)
+        else:
+            pop = lines.popleft
+            for _ in range(count):
+                pop()
+        self._first += count
 
     # -- reading -----------------------------------------------------------
     @property

@@ -62,13 +62,28 @@ def parse_stat(raw: str, pid: int) -> ProcessStat:
     return ProcessStat(pid, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]))
 
 
+def read_proc(path: str) -> bytes | None:
+    """The contents of a small ``/proc`` file, or ``None`` (raw fd calls: this is on the hot path)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def read_stat(pid: int, tid: int | None = None) -> ProcessStat | None:
     """Read one process (or thread) stat; ``None`` when it does not exist or cannot be read."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
+    raw = read_proc(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
+    if raw is None:
+        return None
     try:
-        with open(path, "rb") as f:
-            return parse_stat(f.read().decode("utf-8", "replace"), pid)
-    except (OSError, ValueError, IndexError):
+        return parse_stat(raw.decode("utf-8", "replace"), pid)
+    except (ValueError, IndexError):
         return None
 
 
@@ -105,10 +120,8 @@ def descendants(roots: Iterable[int], table: dict[int, ProcessStat]) -> set[int]
 
 def carries_token(pid: int, token: bytes) -> bool:
     """Whether the process's environment holds ``DSH_TERMINAL_SESSION`` starting with ``token``."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read()
-    except OSError:
+    env = read_proc(f"/proc/{pid}/environ")
+    if env is None:
         return False
     needle = SESSION_TOKEN_ENV.encode() + b"=" + token
     return needle in env

@@ -24,7 +24,7 @@ import struct
 import termios
 from dataclasses import dataclass, field
 
-from .process_tree import HAVE_PROC, process_table, read_stat
+from .process_tree import HAVE_PROC, process_table, read_proc, read_stat
 
 #: Waits with a timeout shorter than this (seconds) are timers, not prompts.
 SHORT_WAIT = 0.05
@@ -252,19 +252,12 @@ def _threads(pid: int) -> list[int]:
 
 
 def _schedstat(pid: int, tid: int) -> bytes | None:
-    try:
-        with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
-            return f.read()
-    except OSError:
-        return None
+    return read_proc(f"/proc/{pid}/task/{tid}/schedstat")
 
 
 def _read_text(path: str) -> str | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read().decode("ascii", "replace")
-    except OSError:
-        return None
+    raw = read_proc(path)
+    return None if raw is None else raw.decode("ascii", "replace")
 
 
 def _read_memory(pid: int, address: int, size: int) -> bytes:

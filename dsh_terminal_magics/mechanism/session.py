@@ -26,8 +26,11 @@ from .readiness import Fence, ReadinessProbe
 WaitReason = Literal["stdin_read", "inferred_idle", "timeout", "session_exit"]
 SessionStatus = Literal["starting", "running", "exited", "closing", "closed"]
 
+#: Readiness re-checks right after output arrives, one per loop turn (a program usually
+#: blocks microseconds after printing its prompt; epoll timers cannot wait less than 1 ms).
+SPIN_CHECKS = 4
 #: First and largest gap between readiness checks while nothing is printed (seconds).
-MIN_TICK = 0.0005
+MIN_TICK = 0.001
 MAX_TICK = 0.05
 #: Largest text one send may write.
 MAX_SEND_BYTES = 1024 * 1024
@@ -129,6 +132,7 @@ class SendOperation:
         self._cursor = self.start_line
         self.cancel_requested = False
         self.interrupted_at = self.last_interrupt = 0.0
+        self.started = time.monotonic()
         self.exit_code: int | None = None
         self.marker_seen = False
         self.bell = False
@@ -465,12 +469,16 @@ class Session:
         op = SendOperation(self, request, holder)
         self.reservation = holder
         self.operation = op
-        op.task = self.loop.create_task(self._run_send(op))
+        # Fence and first write happen now, so the program starts working before any task runs.
+        payload = request.payload()
+        fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
+        written = self._write_now(payload[:4096]) if payload else 0
+        op.task = self.loop.create_task(self._run_send(op, fence, payload[written:]))
         return op
 
-    async def _run_send(self, op: SendOperation) -> None:
+    async def _run_send(self, op: SendOperation, fence: Fence, rest: bytes) -> None:
         try:
-            result = await self._send_and_wait(op)
+            result = await self._send_and_wait(op, fence, rest)
         except BaseException as exc:  # the reservation must never leak
             self._release(op)
             if not op.future.done():
@@ -489,16 +497,16 @@ class Session:
         for listener in list(self.listeners):
             listener()
 
-    async def _send_and_wait(self, op: SendOperation) -> SendResult:
+    async def _send_and_wait(self, op: SendOperation, fence: Fence, rest: bytes) -> SendResult:
         request = op.request
         payload = request.payload()
-        started = time.monotonic()
-        fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
-        await self._write_all(payload)
+        started = op.started
+        await self._write_all(rest)
         written_at = time.monotonic()
         written_chars = self.scrollback.chars_written
         deadline = started + request.timeout
         tick = MIN_TICK
+        spins = SPIN_CHECKS
         seen_output = self.scrollback.chars_written
         while True:
             if self.status not in ("running", "starting"):
@@ -524,12 +532,15 @@ class Session:
             if now >= idle_at and not op.cancel_requested:
                 reason = "inferred_idle"
                 break
-            await self._sleep_until_output(min(tick, deadline - now, max(idle_at - now, 0.0005)))
+            if spins > 0:
+                spins -= 1
+                await self._sleep_until_output(0)
+            else:
+                await self._sleep_until_output(min(tick, deadline - now, max(idle_at - now, 0.0005)))
+                tick = min(tick * 2, MAX_TICK)
             if self.scrollback.chars_written != seen_output:
                 seen_output = self.scrollback.chars_written
-                tick = MIN_TICK
-            else:
-                tick = min(tick * 2, MAX_TICK)
+                tick, spins = MIN_TICK, SPIN_CHECKS
         viewport, cut = self.scrollback.text_since(op.start_line, request.viewport_chars)
         status = self.status if self.status != "starting" else "running"
         exit_code = self.exit_status if reason == "session_exit" else op.exit_code

@@ -68,6 +68,10 @@ class TerminalTools:
         Ctrl-C (a kernel interrupt) during a foreground send interrupts the
         program too (SIGINT to its foreground group) before propagating.
         """
+        parsed = self._check(name, args, agent)
+        assert agent is not None
+        if name == "terminal_send" and not getattr(parsed, "run_in_background", False):
+            return self._foreground_send(parsed, agent)
         ctx = _CallContext()
 
         async def interrupt() -> None:
@@ -76,7 +80,18 @@ class TerminalTools:
                 op.cancel()
                 await op.future
 
-        return self._loop.run(self._call(name, args, agent, ctx), on_interrupt=interrupt)
+        return self._loop.run(self._dispatch(name, parsed, agent, ctx), on_interrupt=interrupt)
+
+    def _foreground_send(self, a: Any, agent: Agent) -> ForegroundSendResult:
+        """The hot path: one hop into the loop to start, one hop back with the result."""
+        started: list[SendOperation] = []
+
+        def start() -> Any:
+            started.append(self.manager.begin_send(agent, a.session_id, self._request(a), "a foreground send"))
+            return started[0].future
+
+        r = self._loop.call_and_wait(start, on_interrupt=lambda: started and started[0].cancel())
+        return _foreground_result(r)
 
     async def acall(self, name: str, args: dict[str, Any] | None = None, *,
                     agent: Agent | None = None) -> BaseModel:
@@ -128,8 +143,8 @@ class TerminalTools:
             self.manager.shutdown()
 
     # -- dispatch (runs on the private loop) ----------------------------------------------
-    async def _call(self, name: str, args: dict[str, Any] | None, agent: Agent | None,
-                    ctx: _CallContext) -> BaseModel:
+    def _check(self, name: str, args: dict[str, Any] | None, agent: Agent | None) -> BaseModel:
+        """Owner present and an Agent, tool known, arguments valid (pure: runs in the caller)."""
         if agent is None:
             raise TerminalError("terminal tools require an initiating agent")
         if not isinstance(agent, Agent):
@@ -137,6 +152,15 @@ class TerminalTools:
                                        "create one with Agent('name') and pass the same object every time")
         parsed = self._validate(name, args)
         agent._bind(self)
+        return parsed
+
+    async def _call(self, name: str, args: dict[str, Any] | None, agent: Agent | None,
+                    ctx: _CallContext) -> BaseModel:
+        parsed = self._check(name, args, agent)
+        assert agent is not None
+        return await self._dispatch(name, parsed, agent, ctx)
+
+    async def _dispatch(self, name: str, parsed: BaseModel, agent: Agent, ctx: _CallContext) -> BaseModel:
         handler = getattr(self, "_" + name)
         return await handler(parsed, agent, ctx)
 
@@ -173,10 +197,7 @@ class TerminalTools:
             return await self._start_background(a, agent)
         op = await self.manager.astart_send(agent, a.session_id, self._request(a), "a foreground send")
         ctx.operation = op
-        r = await op.future
-        return ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,
-                                    session_status=_status(r.session_status), truncated=r.viewport_truncated,
-                                    exit_code=r.exit_code)
+        return _foreground_result(await op.future)
 
     async def _start_background(self, a: Any, agent: Agent) -> BackgroundSendResult:
         request = self._request(a)
@@ -227,6 +248,12 @@ class TerminalTools:
     async def _job_kill(self, a: Any, agent: Agent, ctx: _CallContext) -> JobKillResult:
         status = await self.jobs.akill(agent, a.job_id)
         return JobKillResult(job_id=a.job_id, status=status)
+
+
+def _foreground_result(r: Any) -> ForegroundSendResult:
+    return ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,
+                                session_status=_status(r.session_status), truncated=r.viewport_truncated,
+                                exit_code=r.exit_code)
 
 
 async def _job_outcome(op: SendOperation) -> JobOutcome:

@@ -7,6 +7,7 @@ from dsh_terminal_magics import TerminalError
 from dsh_terminal_magics.errors import (BackendError, InvalidArgumentError, SessionBusyError,
                                         SessionNotRunningError)
 from dsh_terminal_magics.mechanism import SendRequest
+from tests.conftest import wait_for
 
 
 def test_unknown_backend_lists_registered_types(manager, agent):
@@ -41,8 +42,10 @@ def test_send_errors(manager, agent):
             manager.send(agent, sid, SendRequest("a\x00b"))
         with pytest.raises(InvalidArgumentError, match="invalid signal 'SIGFOO'"):
             manager.signal(agent, sid, "SIGFOO")
+        session = manager.session(agent, sid)
+        wait_for(lambda: session.foreground_pgid() not in (0, session.pid))  # sleep is running
         manager.signal(agent, sid, "SIGINT")
-        manager.loop_thread.run(_await(op.future))
+        assert manager.loop_thread.run(_await(op.future)).wait_reason == "stdin_read"
         with pytest.raises(InvalidArgumentError, match="use terminal_close"):
             manager.signal(agent, sid, "SIGKILL")
         with pytest.raises(InvalidArgumentError, match="timeout"):

@@ -1,7 +1,7 @@
 """The output normaliser and scrollback, as pure functions (plus property tests)."""
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dsh_terminal_magics.mechanism.output import OutputNormalizer, RawRing, ScrollbackBuffer, render_line
@@ -99,6 +99,7 @@ def test_render_line():
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=300), max_size=20))
+@example([b"\x08", b"\n"])  # a backspace carried in the unfinished line
 def test_any_bytes_never_crash_and_leave_no_escapes(chunks):
     sb = normalise(*chunks)
     for line in lines_of(sb):

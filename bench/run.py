@@ -1,0 +1,398 @@
+"""Benchmarks against what people use instead; every figure is a ratio to a baseline run alongside it.
+
+    python3 bench/run.py            # full run (several minutes)
+    python3 bench/run.py --quick    # small sizes, used by the test suite so the bench cannot rot
+
+Each benchmark interleaves the project and its baselines in the same process
+run and reports median and p95 over many repetitions, then the ratio and a
+pass/fail line per target.  Results are also written as JSON to
+``bench/results/latest.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import platform
+import pty
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Callable
+
+import pexpect
+
+from dsh_terminal_magics import Agent, TerminalTools
+from dsh_terminal_magics.mechanism.manager import _PROCESS_TOKEN
+from dsh_terminal_magics.mechanism.process_tree import process_table, with_token
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TMUX_POLL = 0.1
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median_ms": statistics.median(values) * 1000, "p95_ms": pct(values, 0.95) * 1000, "n": len(values)}
+
+
+def rss_kib() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def leftovers() -> int:
+    table = process_table()
+    return sum(1 for p in with_token(_PROCESS_TOKEN.encode(), table, set()) if not table[p].gone)
+
+
+# -- round trip ---------------------------------------------------------------------------------
+class PexpectPrompt:
+    """The fastest known-prompt baseline: pexpect with no send delay, expecting a unique prompt."""
+
+    def __init__(self, kind: str) -> None:
+        if kind == "shell":
+            self.child = pexpect.spawn("bash", ["--noprofile", "--norc"], encoding="utf-8",
+                                       env={**os.environ, "PS1": "PEXPECT-PROMPT> ", "TERM": "dumb"})
+            self.prompt = "PEXPECT-PROMPT> "
+        else:
+            self.child = pexpect.spawn(sys.executable, ["-q", "-i"], encoding="utf-8",
+                                       env={**os.environ, "PYTHONSTARTUP": "", "TERM": "dumb"})
+            self.prompt = ">>> "
+        self.child.delaybeforesend = None
+        self.child.delayafterclose = 0
+        self.child.delayafterterminate = 0
+        self.child.expect_exact(self.prompt, timeout=30)
+
+    def round_trip(self, text: str) -> None:
+        self.child.sendline(text)
+        self.child.expect_exact(self.prompt, timeout=30)
+
+    def close(self) -> None:
+        self.child.close(force=True)
+
+
+class TmuxPolling:
+    """How agent harnesses do it: send-keys, then capture-pane every 100 ms until the output is there."""
+
+    def __init__(self, kind: str) -> None:
+        self.name = f"dshbench{os.getpid()}{kind}"
+        command = "bash --noprofile --norc" if kind == "shell" else f"{sys.executable} -q"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "40", command],
+                       check=True)
+        self.count = 0
+        self.kind = kind
+
+    def round_trip(self, text: str) -> None:
+        self.count += 1
+        marker = f"tm{self.count}x"
+        line = f"echo {marker}" if self.kind == "shell" else f"print('{marker}')"
+        subprocess.run(["tmux", "send-keys", "-t", self.name, line, "Enter"], check=True)
+        while True:
+            time.sleep(TMUX_POLL)
+            pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True,
+                                  text=True).stdout
+            if re.search(rf"^{marker}$", pane, re.M):
+                return
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def bench_round_trip(reps: int) -> dict:
+    tools = TerminalTools()
+    agent = Agent("bench")
+    out: dict = {}
+    for kind, text in (("shell", "echo hi"), ("python", "print(2+2)")):
+        sid = tools.call("terminal_open", {"type": kind}, agent=agent).session_id
+        ours = lambda: tools.call("terminal_send", {"sessionId": sid, "text": text}, agent=agent)  # noqa: E731
+        pexp = PexpectPrompt(kind)
+        tmux = TmuxPolling(kind) if shutil.which("tmux") else None
+        argv = ["bash", "-c", "echo hi"] if kind == "shell" else [sys.executable, "-c", "print(2+2)"]
+        methods: dict[str, Callable[[], object]] = {
+            "ours (tools.call)": ours,
+            "pexpect, known prompt": lambda: pexp.round_trip(text),
+            "subprocess.run (stateless)": lambda: subprocess.run(argv, capture_output=True),
+        }
+        if tmux is not None:
+            methods["tmux send-keys + 100 ms capture-pane"] = lambda: tmux.round_trip(text)
+        times: dict[str, list[float]] = {m: [] for m in methods}
+        order = list(methods)
+        for i in range(reps):
+            order = order[1:] + order[:1]  # rotate: no method always follows the same one
+            for name in order:
+                fn = methods[name]
+                if name.startswith("tmux") and i >= max(10, reps // 20):
+                    continue  # 100 ms per sample: a few dozen are plenty
+                started = time.perf_counter()
+                fn()
+                times[name].append(time.perf_counter() - started)
+        pexp.close()
+        if tmux is not None:
+            tmux.close()
+        tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+        out[kind] = {name: summary(values) for name, values in times.items()}
+    out["shell"]["ours (%term_send magic)"] = summary(magic_round_trips(reps))
+    out["prompt-free"] = prompt_free_round_trips(tools, agent, max(20, reps // 10))
+    tools.shutdown()
+    return out
+
+
+def magic_round_trips(reps: int) -> list[float]:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "dsh_terminal_magics")
+    sink = io.StringIO()
+    with redirect_stdout(sink):
+        shell.run_line_magic("term_open", "")
+        values = []
+        for _ in range(reps):
+            started = time.perf_counter()
+            shell.run_line_magic("term_send", "echo hi")
+            values.append(time.perf_counter() - started)
+    shell.run_line_magic("unload_ext", "dsh_terminal_magics")
+    return values
+
+
+def prompt_free_round_trips(tools: TerminalTools, agent: Agent, reps: int) -> dict:
+    """The same code for bash, python3, node and sqlite3: no prompt is configured anywhere."""
+    programs = {"bash": (None, "echo hi"), "python3": (f"{sys.executable} -q", "print(2+2)"),
+                "node": ("node", "1+1"), "sqlite3": ("sqlite3", "select 1;")}
+    out = {}
+    for label, (start, line) in programs.items():
+        if start is not None and shutil.which(start.split()[0]) is None:
+            out[label] = {"skipped": f"{start.split()[0]} not installed"}
+            continue
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        if start is not None:
+            r = tools.call("terminal_send", {"sessionId": sid, "text": start}, agent=agent)
+            assert r.wait_reason == "stdin_read", (label, r)
+        values, reasons = [], set()
+        for _ in range(reps):
+            started = time.perf_counter()
+            r = tools.call("terminal_send", {"sessionId": sid, "text": line}, agent=agent)
+            values.append(time.perf_counter() - started)
+            reasons.add(r.wait_reason)
+        out[label] = {**summary(values), "wait_reasons": sorted(reasons)}
+        tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+    return out
+
+
+# -- streaming ---------------------------------------------------------------------------------------
+def producer(total: int) -> str:
+    return f"yes 'streaming benchmark line 0123456789 abcdefghijklmnopqrstuvwxyz' | head -c {total}"
+
+
+def bare_pty_read(total: int) -> float:
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvp("bash", ["bash", "-c", producer(total)])
+    started = time.perf_counter()
+    got = 0
+    while True:
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        got += len(data)
+    elapsed = time.perf_counter() - started
+    os.close(fd)
+    os.waitpid(pid, 0)
+    return elapsed
+
+
+def ours_stream(total: int) -> tuple[float, int]:
+    """Run in a child process so its peak RSS growth is its own."""
+    code = f"""
+import time, json
+from dsh_terminal_magics import Agent, TerminalTools
+tools = TerminalTools(); agent = Agent("stream")
+sid = tools.call("terminal_open", {{"type": "shell"}}, agent=agent).session_id
+tools.call("terminal_send", {{"sessionId": sid, "text": "true"}}, agent=agent)
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+base = peak = rss()
+started = time.perf_counter()
+job = tools.call("terminal_send", {{"sessionId": sid, "text": {producer(total)!r}, "run_in_background": True,
+                                   "timeout": 3600, "idle": 3600}}, agent=agent).job_id
+while tools.jobs.list(agent)[0].status == "running":
+    peak = max(peak, rss())
+    time.sleep(0.005)
+elapsed = time.perf_counter() - started
+tools.shutdown()
+print(json.dumps([elapsed, peak - base]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    elapsed, growth_kib = json.loads(out.stdout.strip().splitlines()[-1])
+    return elapsed, growth_kib
+
+
+def bench_streaming(total: int, reps: int) -> dict:
+    ours, bare, growth = [], [], []
+    for _ in range(reps):
+        bare.append(bare_pty_read(total))
+        elapsed, rss = ours_stream(total)
+        ours.append(elapsed)
+        growth.append(rss)
+    mb = total / 1e6
+    return {"bytes": total, "ours_MBps": mb / statistics.median(ours), "bare_MBps": mb / statistics.median(bare),
+            "ratio": statistics.median(bare) / statistics.median(ours),  # ours / bare throughput
+            "peak_rss_growth_MiB": max(growth) / 1024}
+
+
+# -- scale ----------------------------------------------------------------------------------------------
+def bench_scale(count: int) -> dict:
+    tools = TerminalTools()
+    agent = Agent("scale")
+    manager = tools.manager
+    warm = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    tools.call("terminal_close", {"sessionId": warm}, agent=agent)
+    rss0, fds0 = rss_kib(), fd_count()
+
+    async def open_all() -> list:
+        return await asyncio.gather(*(manager.aspawn(agent, "shell") for _ in range(count)))
+
+    started = time.perf_counter()
+    infos = asyncio.run(open_all())
+    ours_open = time.perf_counter() - started
+    assert all(i.status == "running" and i.last_wait_reason == "stdin_read" for i in infos)
+    rss1, fds1 = rss_kib(), fd_count()
+    per_session_scrollback_kib = sum(len(manager.session(agent, i.session_id).scrollback.partial_line)
+                                     for i in infos) / 1024 / count
+    started = time.perf_counter()
+    tools.close_owner(agent)
+    ours_close = time.perf_counter() - started
+    ours_left = leftovers()
+
+    started = time.perf_counter()
+    children = []
+    for _ in range(count):
+        child = pexpect.spawn("bash", ["--noprofile", "--norc"], env={**os.environ, "PS1": "PX> "},
+                              encoding="utf-8")
+        child.delaybeforesend = None
+        child.delayafterclose = 0
+        child.delayafterterminate = 0
+        child.expect_exact("PX> ")
+        children.append(child)
+    pexpect_open = time.perf_counter() - started
+    started = time.perf_counter()
+    for child in children:
+        child.close(force=True)
+    pexpect_close = time.perf_counter() - started
+    tools.shutdown()
+    return {"sessions": count, "ours_open_s": ours_open, "pexpect_open_s": pexpect_open,
+            "open_ratio": ours_open / pexpect_open, "ours_close_s": ours_close,
+            "pexpect_close_s (no quiescence check, delays 0)": pexpect_close,
+            "rss_per_session_KiB": (rss1 - rss0) / count, "scrollback_per_session_KiB": per_session_scrollback_kib,
+            "fds_per_session": (fds1 - fds0) / count, "leftover_processes": ours_left}
+
+
+# -- kernel responsiveness ---------------------------------------------------------------------------
+def bench_kernel(reps: int, flood_bytes: int) -> dict:
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"])
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+
+    def cell(code: str) -> float:
+        started = time.perf_counter()
+        kc.execute_interactive(code, timeout=60, output_hook=lambda msg: None)
+        return time.perf_counter() - started
+
+    try:
+        cell("%load_ext dsh_terminal_magics")
+        cell("%term_open")
+        idle = [cell("1") for _ in range(reps)]
+        cell(f"%term_send --bg {producer(flood_bytes)}")
+        flood = []
+        for _ in range(reps):
+            flood.append(cell("1"))
+        done = cell("%job_kill")
+        del done
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+    return {"idle": summary(idle), "flood": summary(flood),
+            "p95_ratio": pct(flood, 0.95) / pct(idle, 0.95)}
+
+
+# -- report ------------------------------------------------------------------------------------------
+def verdicts(r: dict) -> list[tuple[str, bool, str]]:
+    out = []
+    sh = r["round_trip"]["shell"]
+    ours = sh["ours (tools.call)"]["median_ms"]
+    pexp = sh["pexpect, known prompt"]["median_ms"]
+    out.append(("round trip <= 2x pexpect-on-known-prompt", ours <= 2 * pexp, f"{ours / pexp:.2f}x"))
+    if "tmux send-keys + 100 ms capture-pane" in sh:
+        tm = sh["tmux send-keys + 100 ms capture-pane"]["median_ms"]
+        out.append((">= 50x faster than 100 ms tmux polling", tm / ours >= 50, f"{tm / ours:.0f}x"))
+    free = r["round_trip"]["prompt-free"]
+    ok = all(v.get("wait_reasons") == ["stdin_read"] for v in free.values() if "skipped" not in v)
+    out.append(("same code, no prompt: bash, python3, node, sqlite3 all stdin_read", ok,
+                ", ".join(f"{k} {v.get('median_ms', 0):.2f} ms" for k, v in free.items() if "skipped" not in v)))
+    s = r["streaming"]
+    out.append(("streaming >= 0.5x bare PTY read loop", s["ratio"] >= 0.5,
+                f"{s['ratio']:.2f}x ({s['ours_MBps']:.0f} vs {s['bare_MBps']:.0f} MB/s)"))
+    out.append(("peak RSS growth <= 64 MiB", s["peak_rss_growth_MiB"] <= 64, f"{s['peak_rss_growth_MiB']:.1f} MiB"))
+    c = r["scale"]
+    out.append(("open N sessions within 1.5x pexpect", c["open_ratio"] <= 1.5, f"{c['open_ratio']:.2f}x"))
+    out.append(("close all with verified quiescence < 3 s", c["ours_close_s"] < 3, f"{c['ours_close_s']:.2f} s"))
+    out.append(("leftover processes == 0", c["leftover_processes"] == 0, str(c["leftover_processes"])))
+    extra = c["rss_per_session_KiB"] - c["scrollback_per_session_KiB"]
+    out.append(("<= 256 KiB kernel RSS per idle session beyond scrollback", extra <= 256, f"{extra:.0f} KiB"))
+    k = r["kernel"]
+    out.append(("cell p95 during flood <= 3x idle", k["p95_ratio"] <= 3, f"{k['p95_ratio']:.2f}x"))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (CI)")
+    args = parser.parse_args()
+    q = args.quick
+    results = {
+        "machine": f"{platform.machine()} {os.cpu_count()} cores, Linux {platform.release()}, "
+                   f"Python {platform.python_version()}",
+        "date": time.strftime("%Y-%m-%d"),
+        "command": "python3 bench/run.py" + (" --quick" if q else ""),
+    }
+    results["round_trip"] = bench_round_trip(40 if q else 400)
+    results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
+    results["scale"] = bench_scale(20 if q else 200)
+    results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
+    results["verdicts"] = [{"target": t, "pass": ok, "measured": m} for t, ok, m in verdicts(results)]
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / ("quick.json" if q else "latest.json")).write_text(json.dumps(results, indent=1))
+    print(json.dumps({k: v for k, v in results.items() if k != "verdicts"}, indent=1))
+    print()
+    for v in results["verdicts"]:
+        print(f"{'PASS' if v['pass'] else 'FAIL'}  {v['target']}: {v['measured']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
