@@ -6,6 +6,7 @@ import time
 from typing import Callable, Iterator
 
 import pytest
+from IPython.testing import globalipapp
 
 from dsh_terminal_magics import Agent
 from dsh_terminal_magics.mechanism import SessionManager
@@ -77,3 +78,24 @@ def manager() -> Iterator[SessionManager]:
 @pytest.fixture
 def agent() -> Agent:
     return Agent("tester")
+
+
+def interactive_shell():
+    """The test InteractiveShell (created once per process)."""
+    return globalipapp.start_ipython() or globalipapp.get_ipython()
+
+
+@pytest.fixture
+def ip() -> Iterator[object]:
+    """An InteractiveShell with the extension loaded (unloaded, and %config reset, afterwards)."""
+    shell = interactive_shell()
+    shell.run_line_magic("load_ext", "dsh_terminal_magics")
+    yield shell
+    shell.run_line_magic("unload_ext", "dsh_terminal_magics")
+    shell.config.pop("TerminalMagics", None)  # %config values must not leak into the next test
+
+
+@pytest.fixture
+def magics(ip):
+    from dsh_terminal_magics.notebook.magics import loaded_magics
+    return loaded_magics(ip)

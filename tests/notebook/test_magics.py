@@ -13,7 +13,7 @@ from dsh_terminal_magics.notebook.magics import MAGIC_NAMES, split_options
 
 def test_load_prints_nothing_and_unload_closes_everything(capsys):
     from tests.conftest import session_processes
-    from tests.notebook.conftest import interactive_shell
+    from tests.conftest import interactive_shell
     shell = interactive_shell()
     shell.run_line_magic("load_ext", "dsh_terminal_magics")
     assert capsys.readouterr() == ("", "")
