@@ -218,7 +218,33 @@ while True:
         for c in calls]})
 ```
 """),
-    code("tools.shutdown()"),
+    md("""
+## Policies, cards and agent scopes
+
+Policies run around every call: a deny-list refuses matching commands before they reach the terminal
+(`confirm_commands([...])` would ask you with Yes/No buttons instead). Cards show each call and its
+result in the cell, in order. `with Agent(...)` closes everything the agent opened when the block ends.
+"""),
+    code("""from dsh_terminal_magics.notebook.cards import show_cards
+from dsh_terminal_magics.tools.policies import deny_commands
+
+guarded = TerminalTools(config={"maxResultBytes": 2048})
+guarded.add_policy(deny_commands([r"\\brm\\s+-rf\\s+/(\\s|$)"]))
+cards = show_cards(guarded)
+
+with Agent("guarded") as bot:
+    sid = guarded.call("terminal_open", {"type": "shell"}, agent=bot).session_id
+    guarded.call("terminal_send", {"sessionId": sid, "text": "printf '\\\\e[32mok\\\\e[0m <safe>\\\\n'"}, agent=bot)
+    print(guarded.call_text("terminal_send", {"sessionId": sid, "text": "rm -rf /"}, agent=bot))
+    guarded.call("terminal_list", {}, agent=bot)
+guarded.call("terminal_list", {}, agent=bot).root   # the scope closed the session"""),
+    md("The schemas and the prompt section are byte-identical from run to run (sorted keys, fixed order), "
+       "so provider prompt caches stay warm:"),
+    code("""import hashlib
+blob = json.dumps([tools.schemas(f) for f in ("openai", "anthropic", "json-schema")]
+                  + [tools.system_prompt_sections()]).encode()
+hashlib.sha256(blob).hexdigest()[:16]"""),
+    code("guarded.shutdown()\ntools.shutdown()"),
 ]
 
 TEACHING = [

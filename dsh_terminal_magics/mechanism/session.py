@@ -84,6 +84,8 @@ class SendResult:
     cancelled: bool = False
     bell: bool = False
     elapsed: float = 0.0
+    #: The raw bytes the program wrote during this send (newest ``viewport_chars``), escapes included.
+    raw_output: bytes = b""
 
 
 @dataclass
@@ -133,6 +135,7 @@ class SendOperation:
         self.cancel_requested = False
         self.interrupted_at = self.last_interrupt = 0.0
         self.started = time.monotonic()
+        self.raw_offset = session.raw.total
         self.exit_code: int | None = None
         self.marker_seen = False
         self.bell = False
@@ -544,8 +547,9 @@ class Session:
         viewport, cut = self.scrollback.text_since(op.start_line, request.viewport_chars)
         status = self.status if self.status != "starting" else "running"
         exit_code = self.exit_status if reason == "session_exit" else op.exit_code
+        raw, _lost = self.raw.since(op.raw_offset)
         return SendResult(reason, viewport, cut, status, exit_code, op.cancel_requested, op.bell,
-                          time.monotonic() - started)
+                          time.monotonic() - started, raw[-request.viewport_chars:])
 
     def _ready(self, op: SendOperation, fence: Fence, partial_from: int) -> bool:
         """Is the program waiting for input?  ``partial_from``: output count at the write of

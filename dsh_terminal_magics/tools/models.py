@@ -110,6 +110,8 @@ class ForegroundSendResult(_Result):
     session_status: SessionStatus = Field(alias="sessionStatus")
     truncated: bool
     exit_code: Optional[int] = Field(None, alias="exitCode")
+    #: Raw program output with its colours (for cards and viewers; not part of the seed's JSON).
+    _raw: bytes = PrivateAttr(b"")
 
 
 class BackgroundSendResult(_Result):

@@ -8,7 +8,8 @@ capped text a model sees (:meth:`call_text`).  It never touches a PTY.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable
+import asyncio
+from typing import Any, Callable, Iterable
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,6 +18,8 @@ from ..jobs import JobHandle, JobOutcome, JobRegistry
 from ..mechanism import SendOperation, SendRequest, SessionManager, SessionOptions
 from ..owners import Agent
 from .config import ToolsConfig, load_config
+from .policies import (Deny, Policy, PolicyDenied, PolicyError, PolicyOutcome, Replace, Rewrite, ShortCircuit,
+                       ToolCall, check_content)
 from .models import (ARGS, TOOL_NAMES, BackgroundSendResult, CloseResult, ForegroundSendResult, JobKillResult,
                      JobOutputResult, OpenResult, ReadResult, SendArgsForeground, SessionEntry, SessionList,
                      SignalResult)
@@ -56,6 +59,10 @@ class TerminalTools:
         self.jobs = jobs or JobRegistry(self.manager.loop_thread)
         self.jobs.declare_kind(JOB_KIND)
         self._loop = self.manager.loop_thread
+        #: Policies around every call, in order (see :meth:`add_policy`).
+        self.policies: list[Policy] = []
+        #: ``fn(call, result, error)`` after every call (cards use this); they never change results.
+        self.observers: list[Callable[[ToolCall, Any, BaseException | None], None]] = []
 
     @property
     def max_result_bytes(self) -> int:
@@ -70,6 +77,11 @@ class TerminalTools:
         """
         parsed = self._check(name, args, agent)
         assert agent is not None
+        if self.policies or self.observers:
+            return self._call_with_policies(name, parsed, agent)
+        return self._execute(name, parsed, agent)
+
+    def _execute(self, name: str, parsed: BaseModel, agent: Agent) -> BaseModel:
         if name == "terminal_send" and not getattr(parsed, "run_in_background", False):
             return self._foreground_send(parsed, agent)
         ctx = _CallContext()
@@ -95,22 +107,104 @@ class TerminalTools:
 
     async def acall(self, name: str, args: dict[str, Any] | None = None, *,
                     agent: Agent | None = None) -> BaseModel:
-        """:meth:`call` for ``await`` in a cell."""
+        """:meth:`call` for ``await`` in a cell (policies, which are plain functions, run in a worker thread)."""
+        if self.policies or self.observers:
+            return await asyncio.to_thread(self.call, name, args, agent=agent)
         return await self._loop.arun(self._call(name, args, agent, _CallContext()))
 
-    def call_text(self, name: str, args: dict[str, Any] | None = None, *, agent: Agent | None = None) -> str:
-        """Run tool ``name`` and return the capped text a model sees; errors come back as text."""
+    def call_text(self, name: str, args: dict[str, Any] | None = None, *,
+                  agent: Agent | None = None) -> str | list[dict[str, Any]]:
+        """Run tool ``name`` and return the capped text a model sees; errors come back as text.
+
+        A policy that supplies a list of content blocks gets that list back, shape kept.
+        """
         try:
             return self.render(self.call(name, args, agent=agent))
         except TerminalError as exc:
             return self.render_error(exc)
 
     async def acall_text(self, name: str, args: dict[str, Any] | None = None, *,
-                         agent: Agent | None = None) -> str:
+                         agent: Agent | None = None) -> str | list[dict[str, Any]]:
         try:
             return self.render(await self.acall(name, args, agent=agent))
         except TerminalError as exc:
             return self.render_error(exc)
+
+    # -- policies ----------------------------------------------------------------------------
+    def add_policy(self, policy: Policy | None = None, *, name: str | None = None, before: Any = None,
+                   around: Any = None, after: Any = None, tools: Iterable[str] | None = None) -> Policy:
+        """Register a :class:`Policy` (or build one from hooks); policies run in registration order."""
+        if policy is None:
+            if not name:
+                raise InvalidArgumentError("a policy needs a name (used in denials and errors)")
+            policy = Policy(name, before, around, after, frozenset(tools) if tools is not None else None)
+        if not isinstance(policy, Policy):
+            raise InvalidArgumentError(f"add_policy expects a Policy, got {type(policy).__name__}")
+        self.policies.append(policy)
+        return policy
+
+    def _call_with_policies(self, name: str, parsed: BaseModel, agent: Agent) -> Any:
+        call = ToolCall(name, parsed.model_dump(by_alias=True), agent)
+        try:
+            result = self._run_policies(call, parsed)
+        except BaseException as exc:
+            self._notify(call, None, exc)
+            raise
+        self._notify(call, result, None)
+        return result
+
+    def _run_policies(self, call: ToolCall, parsed: BaseModel) -> Any:
+        active = [p for p in self.policies if p.applies(call.name)]
+        for policy in active:
+            if policy.before is None:
+                continue
+            verdict = _hook(policy, "before", policy.before, call)
+            if verdict is None:
+                continue
+            if isinstance(verdict, Deny):
+                raise PolicyDenied(policy.name, verdict.reason)
+            if isinstance(verdict, Rewrite):
+                try:
+                    parsed = self._validate(call.name, verdict.args)
+                except TerminalError as exc:
+                    raise PolicyError(f"policy {policy.name!r} rewrote the arguments into invalid ones: {exc}") from None
+                call = ToolCall(call.name, parsed.model_dump(by_alias=True), call.agent)
+                continue
+            if isinstance(verdict, ShortCircuit):
+                content = check_content(policy.name, "before", verdict.result)
+                return self._after(active, call, PolicyOutcome(policy=policy.name, outcome="short-circuit",
+                                                                content=content))
+            raise PolicyError(f"policy {policy.name!r} before returned {type(verdict).__name__}: return None, "
+                              "Deny(reason), Rewrite(args) or ShortCircuit(result)")
+        final = parsed
+
+        def execute() -> Any:
+            return self._execute(call.name, final, call.agent)
+
+        for policy in reversed([p for p in active if p.around is not None]):
+            execute = _wrap_around(policy, call, execute)
+        return self._after(active, call, execute())
+
+    def _after(self, active: list[Policy], call: ToolCall, result: Any) -> Any:
+        for policy in active:
+            if policy.after is None:
+                continue
+            verdict = _hook(policy, "after", policy.after, call, result)
+            if verdict is None:
+                continue
+            if not isinstance(verdict, Replace):
+                raise PolicyError(f"policy {policy.name!r} after returned {type(verdict).__name__}: return None "
+                                  "or Replace(result)")
+            result = PolicyOutcome(policy=policy.name, outcome="replaced",
+                                   content=check_content(policy.name, "after", verdict.result))
+        return result
+
+    def _notify(self, call: ToolCall, result: Any, error: BaseException | None) -> None:
+        for observer in list(self.observers):
+            try:
+                observer(call, result, error)
+            except Exception:  # a display hook must never break a call
+                pass
 
     def schemas(self, format: str = "openai", include: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Tool schemas in ``"openai"``, ``"anthropic"`` or ``"json-schema"`` form, optionally filtered."""
@@ -120,11 +214,21 @@ class TerminalTools:
         """The fixed guidance section: ``[{"name": "tool:pty", "order": 106, "text": …}]``."""
         return [{"name": PROMPT_SECTION_NAME, "order": PROMPT_SECTION_ORDER, "text": PROMPT_SECTION_TEXT}]
 
-    def render(self, result: BaseModel) -> str:
-        """The capped text of a result."""
+    def render(self, result: Any) -> str | list[dict[str, Any]]:
+        """The capped text of a result (a policy's block list is returned as is)."""
+        if isinstance(result, PolicyOutcome):
+            content = result.content
+            if isinstance(content, list):
+                return content
+            if isinstance(content, BaseModel):
+                return result_text(content, self.max_result_bytes)
+            return render_capped([f"[policy: {result.policy}]", f"[{result.outcome}]"], content,
+                                 self.max_result_bytes)
         return result_text(result, self.max_result_bytes)
 
     def render_error(self, exc: BaseException) -> str:
+        if isinstance(exc, PolicyDenied):
+            return render_capped(["[denied]", f"[policy: {exc.policy}]"], exc.reason, self.max_result_bytes)
         return render_capped(["[error]"], str(exc), self.max_result_bytes)
 
     def close_owner(self, agent: Agent) -> None:
@@ -250,10 +354,31 @@ class TerminalTools:
         return JobKillResult(job_id=a.job_id, status=status)
 
 
+def _hook(policy: Policy, hook: str, fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except TerminalError:
+        raise
+    except Exception as exc:
+        raise PolicyError(f"policy {policy.name!r} {hook} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _wrap_around(policy: Policy, call: ToolCall, inner: Callable[[], Any]) -> Callable[[], Any]:
+    def wrapped() -> Any:
+        value = _hook(policy, "around", policy.around, call, inner)  # type: ignore[arg-type]
+        if isinstance(value, BaseModel):
+            return value
+        return PolicyOutcome(policy=policy.name, outcome="around", content=check_content(policy.name, "around",
+                                                                                          value))
+    return wrapped
+
+
 def _foreground_result(r: Any) -> ForegroundSendResult:
-    return ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,
-                                session_status=_status(r.session_status), truncated=r.viewport_truncated,
-                                exit_code=r.exit_code)
+    result = ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,
+                                  session_status=_status(r.session_status), truncated=r.viewport_truncated,
+                                  exit_code=r.exit_code)
+    result._raw = r.raw_output
+    return result
 
 
 async def _job_outcome(op: SendOperation) -> JobOutcome:
