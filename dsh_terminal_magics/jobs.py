@@ -8,6 +8,8 @@ registry owns ids (opaque, owner-fenced like session ids), statuses
 (``running``, ``completed``, ``killed``, ``failed``) and the final detail.
 Each :meth:`JobRegistry.output` call returns only output no earlier call
 returned; what does not fit the caller's byte budget is kept for the next call.
+A finished job keeps its unread output and final detail but lets go of its
+run; the newest :data:`MAX_FINISHED_JOBS` finished jobs are remembered.
 """
 from __future__ import annotations
 
@@ -79,6 +81,14 @@ class Job:
     listeners: list[Callable[[], None]] = field(default_factory=list)
 
 
+#: Finished jobs remembered (the oldest are forgotten first; running jobs are always kept).
+MAX_FINISHED_JOBS = 256
+
+
+def _nothing() -> None:
+    return None
+
+
 def split_utf8(text: str, budget: int) -> tuple[str, str]:
     """Split ``text`` so the head is at most ``budget`` UTF-8 bytes, preferring a line break."""
     data = text.encode("utf-8", "surrogatepass")
@@ -134,9 +144,18 @@ class JobRegistry:
         except Exception as exc:
             outcome = JobOutcome("failed", f"{type(exc).__name__}: {exc}")
         job.status, job.detail = outcome.status, outcome.detail
+        # Keep what no one has read yet, then let go of the run (and the session it holds).
+        job.carry += job.handle.read_output()
+        job.handle = JobHandle(cancel=_nothing, done=job.finished, read_output=str)
         job.finished.set_result(None)
+        self._forget_old_jobs()
         for listener in list(job.listeners):
             listener()
+
+    def _forget_old_jobs(self) -> None:
+        finished = [j for j in self._jobs.values() if j.status != "running"]
+        for job in finished[: max(0, len(finished) - MAX_FINISHED_JOBS)]:
+            del self._jobs[job.job_id]
 
     async def _output(self, owner: object, job_id: str, budget: Budget | None) -> JobRead:
         job = self._job(owner, job_id)

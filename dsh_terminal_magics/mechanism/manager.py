@@ -175,6 +175,25 @@ class SessionManager:
         for waiter in waits:
             await waiter
 
+    async def _resize(self, owner: object, session_id: str, rows: int, cols: int) -> tuple[int, int]:
+        session = self._running_session(owner, session_id)
+        for name, value, low, high in (("rows", rows, 2, 500), ("cols", cols, 10, 1000)):
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+        session.resize(rows, cols)
+        return rows, cols
+
+    async def _record(self, owner: object, session_id: str, action: str, path: str | None) -> tuple[str, int]:
+        session = self._session(owner, session_id)
+        if action == "start":
+            if not path:
+                raise InvalidArgumentError("starting a recording needs a path, e.g. 'session.cast'")
+            return session.start_recording(path).path, 0
+        if action == "stop":
+            recorder = session.stop_recording()
+            return recorder.path, recorder.events
+        raise InvalidArgumentError(f"action must be 'start' or 'stop', got {action!r}")
+
     async def _list(self, owner: object) -> list[SessionInfo]:
         if owner is None:
             raise TerminalError("terminal tools require an initiating agent")
@@ -225,6 +244,14 @@ class SessionManager:
         """Close: end the session's whole process tree.  False when a close was already running."""
         return self._run(self._kill(owner, session_id))
 
+    def resize(self, owner: object, session_id: str, rows: int, cols: int) -> tuple[int, int]:
+        """Set the terminal size (the program gets SIGWINCH)."""
+        return self._run(self._resize(owner, session_id, rows, cols))
+
+    def record(self, owner: object, session_id: str, action: str, path: str | None = None) -> tuple[str, int]:
+        """Start (``action="start"``, ``path``) or stop an asciinema v2 recording; returns (path, events)."""
+        return self._run(self._record(owner, session_id, action, path))
+
     def list(self, owner: object) -> list[SessionInfo]:
         """Snapshots of ``owner``'s sessions."""
         return self._run(self._list(owner))
@@ -262,6 +289,12 @@ class SessionManager:
 
     async def akill(self, owner: object, session_id: str) -> bool:
         return await self._loop.arun(self._kill(owner, session_id))
+
+    async def aresize(self, owner: object, session_id: str, rows: int, cols: int) -> tuple[int, int]:
+        return await self._loop.arun(self._resize(owner, session_id, rows, cols))
+
+    async def arecord(self, owner: object, session_id: str, action: str, path: str | None = None) -> tuple[str, int]:
+        return await self._loop.arun(self._record(owner, session_id, action, path))
 
     async def alist(self, owner: object) -> list[SessionInfo]:
         return await self._loop.arun(self._list(owner))

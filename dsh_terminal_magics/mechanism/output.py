@@ -76,9 +76,14 @@ class OutputNormalizer:
     def __init__(self) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""
+        #: True while a full-screen program has the alternate screen: its output is not line text.
+        self.alternate = False
+        #: Set by the session while a cursor-addressing program (``top``) owns the main screen.
+        self.suppressed = False
 
     def feed(self, data: bytes) -> tuple[str, TerminalEvents]:
-        if not self._pending and b"\x1b" not in data and b"\xc2" not in data:
+        if not self._pending and not (self.alternate or self.suppressed) and b"\x1b" not in data \
+                and b"\xc2" not in data:
             return self._feed_plain(data)
         text = self._pending + self._decoder.decode(data)
         self._pending = ""
@@ -86,10 +91,33 @@ class OutputNormalizer:
         if "\x1b" in text or "\x9b" in text:
             text = self._hold_unfinished(text)
             _collect_events(text, events)
-            text = _ESCAPE.sub("", text)
-        if "\x07" in text:
+            if "\x07" in text:  # BEL as a sound, not as an OSC terminator
+                events.bells = _ESCAPE.sub("", text).count("\x07")
+            text = self._line_text(text)
+        else:
             events.bells = text.count("\x07")
+            if self.alternate:
+                text = ""
+        if self.suppressed:
+            text = ""
         return _CONTROL.sub("", text), events
+
+    def _line_text(self, text: str) -> str:
+        """Escapes removed; what a full-screen program drew on the alternate screen left out."""
+        if "\x1b[?" not in text and not self.alternate:
+            return _ESCAPE.sub("", text)
+        kept = []
+        pos = 0
+        for match in _SCREEN_MODE.finditer(text):
+            if match.group(1) == "1":
+                continue
+            if not self.alternate:
+                kept.append(text[pos:match.start()])
+            self.alternate = match.group(2) == "h"
+            pos = match.end()
+        if not self.alternate:
+            kept.append(text[pos:])
+        return _ESCAPE.sub("", "".join(kept))
 
     def _feed_plain(self, data: bytes) -> tuple[str, TerminalEvents]:
         """Fast path for chunks with no escape and no C1 control: delete controls as bytes."""

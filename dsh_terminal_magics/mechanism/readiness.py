@@ -18,6 +18,7 @@ prompts.  Anything unreadable is a miss, never a hit.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
 import platform
 import struct
@@ -57,6 +58,7 @@ class ReadinessProbe:
         self.tty_path = tty_path
         self.leader_pid = leader_pid
         self.available = HAVE_PROC and bool(_SYSCALLS)
+        self._timeout = 0.0
 
     # -- public ------------------------------------------------------------
     def foreground_pgid(self) -> int:
@@ -87,22 +89,30 @@ class ReadinessProbe:
             return -1
         return int(struct.unpack("i", buf)[0])
 
-    def waiting_for_input(self, fence: Fence) -> bool:
-        """True when the foreground group is observed blocked reading this tty, with fresh evidence."""
+    def waiting_for_input(self, fence: Fence) -> float | None:
+        """The timeout of the foreground group's fresh wait on this tty (``math.inf``: none), or None.
+
+        None means the program is not observed waiting for input.  A finite
+        timeout is a timed wait: a prompt that polls (IPython), or a program
+        that will go on by itself when it expires (vim after Esc, with more
+        typed-ahead keys in its buffer); the caller decides how to treat it.
+        """
         if not self.available:
-            return False
+            return None
         pgid = self.foreground_pgid()
         if pgid <= 0 or self.unread_input() != 0:
-            return False
+            return None
+        self._timeout = 0.0
         if pgid == self.leader_pid:
-            verdict = self._group_verdict([pgid], fence)
-            return verdict is True
-        verdict = self._group_verdict([pgid], fence)
-        if verdict is False:
-            return False
+            return self._timeout if self._group_verdict([pgid], fence) is True else None
+        if self._group_verdict([pgid], fence) is False:
+            return None
         # The group's leader looks ready (or is gone): confirm with every member.
         members = self._group(pgid)
-        return bool(members) and self._group_verdict(members, fence) is True
+        self._timeout = 0.0
+        if members and self._group_verdict(members, fence) is True:
+            return self._timeout
+        return None
 
     # -- internals ---------------------------------------------------------
     def _group(self, pgid: int) -> list[int]:
@@ -169,7 +179,7 @@ class ReadinessProbe:
             return False
         try:
             if name in ("read", "readv"):
-                return self._is_tty(pid, args[0])
+                return self._is_tty(pid, args[0]) and self._waiting(math.inf)
             if name in ("select", "pselect6"):
                 return self._select_reads_tty(pid, name, args)
             if name in ("poll", "ppoll"):
@@ -177,6 +187,11 @@ class ReadinessProbe:
             return self._epoll_reads_tty(pid, name, args)
         except (OSError, ValueError, struct.error):
             return False
+
+    def _waiting(self, seconds: float) -> bool:
+        """Record a tty wait's timeout (the longest seen in this check wins) and report it."""
+        self._timeout = max(self._timeout, seconds)
+        return True
 
     def _is_tty(self, pid: int, fd: int) -> bool:
         try:
@@ -188,6 +203,7 @@ class ReadinessProbe:
         nfds, readfds, timeout_ptr = args[0], args[1], args[4]
         if not readfds or nfds <= 0 or nfds > 65536:
             return False
+        seconds = math.inf
         if timeout_ptr:
             sec, frac = struct.unpack("qq", _read_memory(pid, timeout_ptr, 16))
             seconds = sec + frac / (1e9 if name == "pselect6" else 1e6)
@@ -199,38 +215,44 @@ class ReadinessProbe:
                 for bit in range(8):
                     fd = index * 8 + bit
                     if fd < nfds and byte & (1 << bit) and self._is_tty(pid, fd):
-                        return True
+                        return self._waiting(seconds)
         return False
 
     def _poll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
         fds_ptr, nfds = args[0], args[1]
+        seconds = math.inf
         if name == "poll":
             timeout = struct.unpack("i", struct.pack("I", args[2] & 0xFFFFFFFF))[0]
             if 0 <= timeout < SHORT_WAIT * 1000:
                 return False
+            seconds = timeout / 1000 if timeout >= 0 else math.inf
         elif args[2]:
             sec, nsec = struct.unpack("qq", _read_memory(pid, args[2], 16))
-            if sec + nsec / 1e9 < SHORT_WAIT:
+            seconds = sec + nsec / 1e9
+            if seconds < SHORT_WAIT:
                 return False
         if not fds_ptr or nfds <= 0 or nfds > 65536:
             return False
         raw = _read_memory(pid, fds_ptr, 8 * nfds)
         for fd, events, _ in struct.iter_unpack("ihh", raw):
             if fd >= 0 and events & _POLLIN and self._is_tty(pid, fd):
-                return True
+                return self._waiting(seconds)
         return False
 
     def _epoll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
         epfd = args[0]
+        seconds = math.inf
         if name == "epoll_pwait2":
             if args[3]:
                 sec, nsec = struct.unpack("qq", _read_memory(pid, args[3], 16))
-                if sec + nsec / 1e9 < SHORT_WAIT:
+                seconds = sec + nsec / 1e9
+                if seconds < SHORT_WAIT:
                     return False
         else:
             timeout = struct.unpack("i", struct.pack("I", args[3] & 0xFFFFFFFF))[0]
             if 0 <= timeout < SHORT_WAIT * 1000:
                 return False
+            seconds = timeout / 1000 if timeout >= 0 else math.inf
         info = _read_text(f"/proc/{pid}/fdinfo/{epfd}")
         if info is None:
             return False
@@ -240,7 +262,7 @@ class ReadinessProbe:
                 fd = int(fields[1])
                 events = int(fields[3], 16)
                 if events & _EPOLLIN and self._is_tty(pid, fd):
-                    return True
+                    return self._waiting(seconds)
         return False
 
 

@@ -8,20 +8,25 @@ full PTY and idle timing is never distorted.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import re
 import signal as signal_module
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Literal
 
 from ptyprocess import PtyProcess
 
-from ..errors import SessionBusyError, SessionNotRunningError, TerminalError
+from ..errors import InvalidArgumentError, SessionBusyError, SessionNotRunningError, TerminalError
 from .backends import BASE_ENV, LaunchSpec
+from .keys import encode_keys
 from .output import OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
 from .process_tree import (SESSION_TOKEN_ENV, ProcessId, TreeToEnd, end_trees, make_leader_preexec,
                            read_stat)
 from .readiness import Fence, ReadinessProbe
+from .recording import CastRecorder
+from .screen import ScreenModel, ScreenSnapshot
 
 WaitReason = Literal["stdin_read", "inferred_idle", "timeout", "session_exit"]
 SessionStatus = Literal["starting", "running", "exited", "closing", "closed"]
@@ -32,6 +37,10 @@ SPIN_CHECKS = 4
 #: First and largest gap between readiness checks while nothing is printed (seconds).
 MIN_TICK = 0.001
 MAX_TICK = 0.05
+#: Clear-screen or absolute cursor positioning below the first row: a program drawing a screen.
+_CURSOR_ADDRESSING = re.compile(rb"\x1b\[2J|\x1b\[(?:[2-9]|\d\d+);\d+H")
+#: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
+TIMED_WAIT_SETTLE = 1.5
 #: Largest text one send may write.
 MAX_SEND_BYTES = 1024 * 1024
 ENTER = b"\r"
@@ -66,9 +75,13 @@ class SendRequest:
     timeout: float = 30.0
     idle: float = 3.0
     viewport_chars: int = 1024 * 1024
+    #: Named keys sent after the text (see :mod:`.keys`).
+    keys: tuple[str, ...] = ()
 
-    def payload(self) -> bytes:
+    def payload(self, application_cursor: bool = False) -> bytes:
         data = self.text.encode("utf-8", "surrogateescape")
+        if self.keys:
+            data += encode_keys(list(self.keys), application_cursor)
         return data + ENTER if self.submit else data
 
 
@@ -86,6 +99,8 @@ class SendResult:
     elapsed: float = 0.0
     #: The raw bytes the program wrote during this send (newest ``viewport_chars``), escapes included.
     raw_output: bytes = b""
+    #: The rendered screen when a full-screen program had the alternate screen at the end.
+    screen: ScreenSnapshot | None = None
 
 
 @dataclass
@@ -136,6 +151,7 @@ class SendOperation:
         self.interrupted_at = self.last_interrupt = 0.0
         self.started = time.monotonic()
         self.raw_offset = session.raw.total
+        self.timed_wait: tuple[float, int] | None = None
         self.exit_code: int | None = None
         self.marker_seen = False
         self.bell = False
@@ -198,6 +214,7 @@ class Session:
         self.alternate_screen = False
         self.application_cursor = False
         self.listeners: list[Callable[[], None]] = []
+        self._chunk_size = 0
         self._wakeup: asyncio.Future[None] | None = None
         self._proc: PtyProcess | None = None
         self._leader: ProcessId | None = None
@@ -205,6 +222,9 @@ class Session:
         self._pidfd = -1
         self._closing: asyncio.Future[None] | None = None
         self.probe: ReadinessProbe | None = None
+        self.screen: ScreenModel | None = None
+        self.cursor_screen = False
+        self.recorder: CastRecorder | None = None
 
     # -- lifecycle -----------------------------------------------------------
     @property
@@ -340,6 +360,9 @@ class Session:
                 pass
             self._proc.terminated = True
         self._drain()
+        if self.recorder is not None:
+            self.recorder.close()
+            self.recorder = None
         self.close_fds()
         self.status = "closed"
         self.wake()
@@ -370,7 +393,12 @@ class Session:
             self._on_readable()
 
     def _ingest(self, data: bytes) -> None:
+        self._chunk_size = len(data)
         self.raw.append(data)
+        if self.recorder is not None:
+            self.recorder.output(data)
+        if not self.alternate_screen:
+            self._follow_cursor_programs(data)
         text, events = self.normalizer.feed(data)
         self.scrollback.append(text)
         if events:
@@ -397,6 +425,9 @@ class Session:
         if events.bells and self.operation is not None:
             self.operation.bell = True
         if events.alternate_screen is not None:
+            if events.alternate_screen and not self.alternate_screen:
+                # Follow the full-screen program from the chunk that switched screens.
+                self.screen = ScreenModel(self.options.rows, self.options.cols, self.raw.total - self._chunk_size)
             self.alternate_screen = events.alternate_screen
         if events.application_cursor is not None:
             self.application_cursor = events.application_cursor
@@ -473,7 +504,7 @@ class Session:
         self.reservation = holder
         self.operation = op
         # Fence and first write happen now, so the program starts working before any task runs.
-        payload = request.payload()
+        payload = request.payload(self.application_cursor)
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self._write_now(payload[:4096]) if payload else 0
         op.task = self.loop.create_task(self._run_send(op, fence, payload[written:]))
@@ -544,28 +575,103 @@ class Session:
             if self.scrollback.chars_written != seen_output:
                 seen_output = self.scrollback.chars_written
                 tick, spins = MIN_TICK, SPIN_CHECKS
-        viewport, cut = self.scrollback.text_since(op.start_line, request.viewport_chars)
+        snapshot = self.screen_snapshot() if self.full_screen else None
+        if snapshot is not None:
+            viewport, cut = snapshot.text(), False
+        else:
+            viewport, cut = self.scrollback.text_since(op.start_line, request.viewport_chars)
         status = self.status if self.status != "starting" else "running"
         exit_code = self.exit_status if reason == "session_exit" else op.exit_code
         raw, _lost = self.raw.since(op.raw_offset)
         return SendResult(reason, viewport, cut, status, exit_code, op.cancel_requested, op.bell,
-                          time.monotonic() - started, raw[-request.viewport_chars:])
+                          time.monotonic() - started, raw[-request.viewport_chars:], snapshot)
 
     def _ready(self, op: SendOperation, fence: Fence, partial_from: int) -> bool:
         """Is the program waiting for input?  ``partial_from``: output count at the write of
         unsubmitted text (-1 otherwise)."""
         probe = self.probe
         if probe is not None and probe.available:
-            if probe.waiting_for_input(fence):
-                return True
-            # Canonical-mode readers do not wake for a partial line: once its echo is
-            # back and nothing is left unread, a wait already in progress is the answer.
-            if partial_from >= 0 and not fence.accept_stale and self.scrollback.chars_written > partial_from:
+            timeout = probe.waiting_for_input(fence)
+            if timeout is None and partial_from >= 0 and not fence.accept_stale \
+                    and self.scrollback.chars_written > partial_from:
+                # Canonical-mode readers do not wake for a partial line: once its echo is
+                # back and nothing is left unread, a wait already in progress is the answer.
                 fence.accept_stale = probe.unread_input() == 0
-                return fence.accept_stale and probe.waiting_for_input(fence)
-            return False
+                timeout = probe.waiting_for_input(fence) if fence.accept_stale else None
+            return self._settled(op, timeout)
         # No /proc: the shell marker, with the shell back in the foreground.
         return op.marker_seen and probe is not None and probe.foreground_pgid() == self.pid
+
+    # -- screens, size, recording ------------------------------------------------------
+    def _follow_cursor_programs(self, data: bytes) -> None:
+        """Programs like ``top`` draw on the main screen by cursor addressing: follow them with a
+        screen model (and keep their drawing out of the line history) while they hold the foreground."""
+        if self.cursor_screen:
+            if self.foreground_pgid() in (0, self.pid):
+                self.cursor_screen = self.normalizer.suppressed = False
+            return
+        if b"\x1b[" not in data or not _CURSOR_ADDRESSING.search(data):
+            return
+        if self.foreground_pgid() in (0, self.pid):
+            return
+        self.cursor_screen = self.normalizer.suppressed = True
+        self.screen = ScreenModel(self.options.rows, self.options.cols, self.raw.total - len(data))
+
+    @property
+    def full_screen(self) -> bool:
+        """True while a full-screen program owns the terminal (alternate screen or cursor addressing)."""
+        if self.cursor_screen and self.foreground_pgid() in (0, self.pid):
+            self.cursor_screen = self.normalizer.suppressed = False
+        return self.alternate_screen or self.cursor_screen
+
+    def screen_snapshot(self) -> ScreenSnapshot | None:
+        """The full-screen program's screen, brought up to date (None when no screen is followed)."""
+        if self.screen is None:
+            return None
+        self.screen.catch_up(self.raw)
+        return self.screen.snapshot()
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Set the terminal size: the program gets SIGWINCH, the screen model follows."""
+        if self._proc is None or self._proc.closed:
+            raise SessionNotRunningError(f"terminal session {self.session_id!r} is closed")
+        self._proc.setwinsize(rows, cols)
+        self.options = replace(self.options, rows=rows, cols=cols)
+        if self.screen is not None:
+            self.screen.resize(rows, cols)
+        if self.recorder is not None:
+            self.recorder.resize(rows, cols)
+
+    def start_recording(self, path: str) -> CastRecorder:
+        if self.recorder is not None:
+            raise InvalidArgumentError(f"terminal session {self.session_id!r} is already recording to "
+                                       f"{self.recorder.path}: stop that recording first")
+        self.recorder = CastRecorder(path, self.options.rows, self.options.cols, title=self.name or self.session_id)
+        return self.recorder
+
+    def stop_recording(self) -> CastRecorder:
+        recorder, self.recorder = self.recorder, None
+        if recorder is None:
+            raise InvalidArgumentError(f"terminal session {self.session_id!r} is not recording: start a recording "
+                                       "first")
+        recorder.close()
+        return recorder
+
+    def _settled(self, op: SendOperation, timeout: float | None) -> bool:
+        """An untimed wait is a prompt.  A timed wait counts once it outlasts its own timeout
+        (capped at :data:`TIMED_WAIT_SETTLE`) with no new output: a program waiting out a key
+        timeout (vim after Esc) goes on by itself and prints before that."""
+        if timeout is None:
+            op.timed_wait = None
+            return False
+        if timeout == math.inf:
+            return True
+        now = time.monotonic()
+        written = self.scrollback.chars_written
+        if op.timed_wait is None or op.timed_wait[1] != written:
+            op.timed_wait = (now + min(timeout, TIMED_WAIT_SETTLE), written)
+            return False
+        return now >= op.timed_wait[0]
 
     # -- signals ---------------------------------------------------------------
     def foreground_pgid(self) -> int:

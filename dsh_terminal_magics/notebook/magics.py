@@ -25,7 +25,7 @@ from ..mechanism import SendRequest, SessionOptions
 from ..owners import Agent
 from ..tools import TerminalTools
 from ..tools.config import MIN_MAX_RESULT_BYTES, MAX_SAFE_INTEGER
-from ..tools.terminal_tools import result_text
+from ..tools.terminal_tools import foreground_result, result_text
 from .display import TermResult, footer_html, footer_text
 from .live_send import run_live_send
 
@@ -225,6 +225,7 @@ class TerminalMagics(Magics):
     @argument("--idle", type=float, default=None, help="Seconds of silence that end the wait.")
     @argument("--bg", action="store_true", help="Run as a background job; returns the job id at once.")
     @argument("--lines", action="store_true", help="Cell mode: send line by line, waiting for each prompt.")
+    @argument("--keys", default=None, help="Named keys sent after the text, comma-separated (Esc,:,w,q,Enter).")
     @argument("--agent", default=None, help="Act as the Agent held in this variable.")
     @no_var_expand
     @line_cell_magic
@@ -247,6 +248,7 @@ class TerminalMagics(Magics):
                ...:
                ...: print(f(21))
             In [5]: %term_send --bg make -j2
+            In [6]: %term_send --no-submit --keys Esc,:,w,q,Enter
         """
         tokens, text = split_options(line, self.term_send.parser)
         args = parse_argstring(self.term_send, " ".join(tokens))
@@ -258,17 +260,19 @@ class TerminalMagics(Magics):
         sid = self._session(args.session, owner)
         timeout = args.timeout if args.timeout is not None else self.timeout
         idle = args.idle if args.idle is not None else self.idle
+        keys = tuple(k for k in (args.keys or "").split(",") if k)
         if args.bg:
-            return self._send_background(owner, sid, text, not args.no_submit, timeout, idle)
+            return self._send_background(owner, sid, text, not args.no_submit, timeout, idle, keys)
         pieces = text.split("\n") if (args.lines and cell is not None) else [text]
-        return self._send_foreground(owner, sid, pieces, not args.no_submit, timeout, idle)
+        return self._send_foreground(owner, sid, pieces, not args.no_submit, timeout, idle, keys)
 
     def _send_foreground(self, owner: Agent, sid: str, pieces: list[str], submit: bool, timeout: float,
-                         idle: float) -> TermResult:
+                         idle: float, keys: tuple[str, ...] = ()) -> TermResult:
         manager = self.tools.manager
         outcome = None
         for index, piece in enumerate(pieces):
-            request = SendRequest(piece, submit, timeout, idle, viewport_chars=self.tools.max_result_bytes)
+            request = SendRequest(piece, submit, timeout, idle, viewport_chars=self.tools.max_result_bytes,
+                                  keys=keys if index == len(pieces) - 1 else ())
             outcome = run_live_send(manager, owner, sid, request, self._write, stream_limit=self.stream_limit,
                                     show_prompt=index == 0, resume_from=self._streamed_to.get(sid))
             self._streamed_to[sid] = outcome.raw_offset
@@ -276,20 +280,22 @@ class TerminalMagics(Magics):
                 break
         assert outcome is not None
         r = outcome.result
-        from ..tools.models import ForegroundSendResult
-        model = ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,
-                                     session_status="running" if r.session_status == "starting"
-                                     else r.session_status, truncated=r.viewport_truncated,
-                                     exit_code=r.exit_code)
+        model = foreground_result(r)
         text = footer_text(r.wait_reason, r.exit_code, model.session_status, outcome.interrupted)
         if outcome.streamed_bytes or r.viewport:
             self._write("\n")
+        if r.screen is not None:  # a full-screen program: show what its screen looks like now
+            self._write(r.screen.text() + "\n")
+            text += f" [screen {r.screen.rows}x{r.screen.cols}]"
         return TermResult(model, text, footer_html(text, r.wait_reason))
 
     def _send_background(self, owner: Agent, sid: str, text: str, submit: bool, timeout: float,
-                         idle: float) -> TermResult:
-        res = self._call("terminal_send", {"sessionId": sid, "text": text, "submit": submit, "timeout": timeout,
-                                           "idle": idle, "run_in_background": True}, owner)
+                         idle: float, keys: tuple[str, ...] = ()) -> TermResult:
+        call: dict[str, Any] = {"sessionId": sid, "text": text, "submit": submit, "timeout": timeout,
+                                "idle": idle, "run_in_background": True}
+        if keys:
+            call["keys"] = list(keys)
+        res = self._call("terminal_send", call, owner)
         self._last_job[owner] = res.job_id
         if self._in_kernel():
             self._show_viewport(owner, sid, title=f"job {res.job_id}", job_id=res.job_id)
@@ -504,6 +510,72 @@ class TerminalMagics(Magics):
         self.viewports.append(view)
         return view
 
+    @magic_arguments()
+    @argument("rows", type=int, help="Rows (lines).")
+    @argument("cols", type=int, help="Columns.")
+    @argument("-s", "--session", default=None, help="Session id or name.")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def term_resize(self, line: str) -> TermResult:
+        """Resize the session's terminal; the program receives SIGWINCH.
+
+        Examples::
+
+            In [1]: %term_resize 50 100
+        """
+        args = parse_argstring(self.term_resize, line)
+        owner = self._owner(args.agent)
+        sid = self._session(args.session, owner)
+        res = self._call("terminal_resize", {"sessionId": sid, "rows": args.rows, "cols": args.cols}, owner)
+        return TermResult(res, f"resized {sid} to {res.rows}x{res.cols}")
+
+    @magic_arguments()
+    @argument("action", choices=["start", "stop"], help="start or stop recording.")
+    @argument("path", nargs="?", default=None, help="The .cast file to write (start).")
+    @argument("-s", "--session", default=None, help="Session id or name.")
+    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @line_magic
+    @_usage_errors
+    def term_record(self, line: str) -> TermResult:
+        """Record the session's output, with timings, to an asciinema v2 .cast file.
+
+        Examples::
+
+            In [1]: %term_record start demo.cast
+            In [2]: %term_record stop
+        """
+        args = parse_argstring(self.term_record, line)
+        owner = self._owner(args.agent)
+        sid = self._session(args.session, owner)
+        call = {"sessionId": sid, "action": args.action}
+        if args.path:
+            call["path"] = args.path
+        res = self._call("terminal_record", call, owner)
+        if args.action == "start":
+            return TermResult(res, f"recording {sid} to {res.path}")
+        return TermResult(res, f"recorded {res.events} events to {res.path}")
+
+    @magic_arguments()
+    @argument("path", help="An asciinema v2 .cast file.")
+    @argument("--speed", type=float, default=1.0, help="Playback speed (2 = twice as fast).")
+    @line_magic
+    @_usage_errors
+    def term_replay(self, line: str) -> Any:
+        """Play a recording back in a viewport (in plain IPython: print its final screen).
+
+        Examples::
+
+            In [1]: %term_replay demo.cast --speed 4
+        """
+        args = parse_argstring(self.term_replay, line)
+        if not self._in_kernel():
+            from .replay import replay_text
+            print(replay_text(args.path))
+            return None
+        from .replay import ReplayViewport
+        return ReplayViewport(args.path, speed=args.speed, loop_thread=self.tools.manager.loop_thread)
+
     # -- lifecycle --------------------------------------------------------------------------------
     def close(self) -> None:
         """Close every session and job of every owner these magics created or served."""
@@ -517,7 +589,7 @@ class TerminalMagics(Magics):
 
 
 MAGIC_NAMES = {"line": ["term_open", "term_send", "term_read", "term_signal", "term_close", "term_list",
-                        "job_output", "job_kill", "jobs", "term_view"],
+                        "job_output", "job_kill", "jobs", "term_view", "term_resize", "term_record", "term_replay"],
                "cell": ["term_send"]}
 _LOADED: dict[int, TerminalMagics] = {}
 

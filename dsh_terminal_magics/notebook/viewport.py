@@ -18,20 +18,19 @@ from typing import Any, Callable
 import ipywidgets as widgets
 
 from ..mechanism import SessionManager
+from ..mechanism.keys import encode_keys
 from ..mechanism.session import Session
 from .ansi_html import output_html, sanitize_stream, strip_sgr, terminal_lines
 
 #: Bytes of raw output the screen is rendered from (enough for ``rows`` long lines).
 RENDER_TAIL_BYTES = 64 * 1024
 
-#: Buttons: label -> (normal-mode bytes, application-cursor-mode bytes).
-KEY_BUTTONS: dict[str, tuple[bytes, bytes]] = {
-    "Ctrl-C": (b"\x03", b"\x03"),
-    "Ctrl-D": (b"\x04", b"\x04"),
-    "Tab": (b"\t", b"\t"),
-    "Up": (b"\x1b[A", b"\x1bOA"),
-    "Down": (b"\x1b[B", b"\x1bOB"),
-}
+#: Buttons: label -> key name (encoded by the same table as ``terminal_send``'s ``keys``).
+KEY_BUTTONS: dict[str, str] = {"Ctrl-C": "C-c", "Ctrl-D": "C-d", "Tab": "Tab", "Esc": "Esc", "Up": "Up",
+                               "Down": "Down"}
+#: Seconds a refresh may spend feeding the screen model (pyte is slow; the rest waits for the next refresh,
+#: and far behind it resynchronises from the newest output), so a flood never starves the reader.
+SCREEN_SECONDS = 0.01
 
 
 def render_tail(session: Session, rows: int) -> str:
@@ -103,7 +102,7 @@ class TerminalViewport(widgets.VBox):
     def _refresh(self) -> None:
         self._pending = None
         self._last_refresh = time.monotonic()
-        screen = output_html(render_tail(self._session, self.rows), self.rows)
+        screen = self._screen_html()
         status = self._status_html()
         if screen == self._last_html and status == self.status.value:
             return
@@ -114,6 +113,16 @@ class TerminalViewport(widgets.VBox):
             self.status.value = status
         if self._session.status == "closed" and self._on_output in self._session.listeners:
             self._session.listeners.remove(self._on_output)
+
+    def _screen_html(self) -> str:
+        session = self._session
+        if session.full_screen and session.screen is not None:
+            caught_up = session.screen.catch_up(session.raw, seconds=SCREEN_SECONDS)
+            if not caught_up:
+                self._on_output()  # more to feed: come back at the next refresh
+            return ('<pre class="dsh-terminal dsh-screen" style="margin:0;padding:4px;background:#1e1e1e;'
+                    'color:#e5e5e5;font-family:monospace">' + session.screen.html() + "</pre>")
+        return output_html(render_tail(session, self.rows), self.rows)
 
     def _status_html(self) -> str:
         s = self._session
@@ -144,15 +153,21 @@ class TerminalViewport(widgets.VBox):
 
     def press(self, label: str) -> None:
         """Press one of the :data:`KEY_BUTTONS` (application cursor mode respected)."""
-        normal, application = KEY_BUTTONS[label]
-        self._loop.call(lambda: self._write(application if self._session.application_cursor else normal))
+        key = KEY_BUTTONS[label]
+        self._loop.call(lambda: self._write(encode_keys([key], self._session.application_cursor)))
 
     def _key_handler(self, label: str) -> Callable[[Any], None]:
         return lambda _button: self.press(label)
 
     def snapshot(self) -> str:
-        """Plain text of what the screen shows now."""
-        return self._loop.call(snapshot_text, self._session, self.rows)
+        """Plain text of what the screen shows now (the full screen while a program has one)."""
+        def text() -> str:
+            session = self._session
+            if session.full_screen and session.screen is not None:
+                snap = session.screen_snapshot()
+                return snap.text() if snap else ""
+            return snapshot_text(session, self.rows)
+        return self._loop.call(text)
 
     def flush(self) -> None:
         """Render pending output now (waits for the loop thread)."""

@@ -12,13 +12,16 @@ MAX_SAFE_INTEGER = 2**53 - 1
 
 
 class ToolsConfig(BaseModel):
-    """``enableRunInBackground`` (default true) and ``maxResultBytes`` (default 262144, safe integer >= 64)."""
+    """``enableRunInBackground`` (default true), ``maxResultBytes`` (default 262144, safe integer >= 64) and
+    ``enableTerminalExtensions`` (default true: named keys, screens, ``terminal_resize``, ``terminal_record``;
+    false leaves exactly the seed's tools)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
     enable_run_in_background: StrictBool = Field(True, alias="enableRunInBackground")
     max_result_bytes: StrictInt = Field(262144, alias="maxResultBytes", ge=MIN_MAX_RESULT_BYTES,
                                         le=MAX_SAFE_INTEGER)
+    enable_terminal_extensions: StrictBool = Field(True, alias="enableTerminalExtensions")
 
 
 def load_config(config: dict[str, Any] | ToolsConfig | None) -> ToolsConfig:
@@ -44,10 +47,11 @@ def describe_config_error(exc: ValidationError) -> str:
         if key == "maxResultBytes":
             problems.append(f"maxResultBytes must be a safe integer >= {MIN_MAX_RESULT_BYTES} "
                             f"(and <= {MAX_SAFE_INTEGER}), got {value!r}")
-        elif key == "enableRunInBackground":
-            problems.append(f"enableRunInBackground must be true or false, got {value!r}")
+        elif key in ("enableRunInBackground", "enableTerminalExtensions"):
+            problems.append(f"{key} must be true or false, got {value!r}")
         elif err["type"] == "extra_forbidden":
-            problems.append(f"unknown config key {key!r}: the keys are enableRunInBackground and maxResultBytes")
+            problems.append(f"unknown config key {key!r}: the keys are enableRunInBackground, maxResultBytes "
+                            "and enableTerminalExtensions")
         else:
             problems.append(f"{key}: {err['msg']}")
     return "invalid terminal tools config: " + "; ".join(problems)

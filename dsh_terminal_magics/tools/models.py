@@ -48,12 +48,46 @@ class SendArgsForeground(_Args):
                                                          "(default 3).")
 
 
+_BACKGROUND_DOC = ("Return a jobId at once and run the send as a background job (collect with job_output, stop "
+                   "with job_kill).")
+_KEYS_DOC = ("Extra: named keys sent after the text, in order: Enter, Tab, Esc, Up, Down, Left, Right, Home, End, "
+             "PageUp, PageDown, Backspace, Delete, F1-F12, C-a..C-z, M-<key>, or single characters.")
+
+
 class SendArgs(SendArgsForeground):
     """Write input to a terminal session and wait (foreground), or start a background job (background)."""
 
-    run_in_background: StrictBool = Field(False, description="Return a jobId at once and run the send as a "
-                                                             "background job (collect with job_output, stop "
-                                                             "with job_kill).")
+    run_in_background: StrictBool = Field(False, description=_BACKGROUND_DOC)
+
+
+class SendArgsKeysForeground(SendArgsForeground):
+    """Write input (text, then named keys) to a terminal session and wait until the program wants input again,
+    goes quiet, times out or exits."""
+
+    keys: Optional[list[StrictStr]] = Field(None, max_length=1000, description=_KEYS_DOC)
+
+
+class SendArgsKeys(SendArgsKeysForeground):
+    """Write input (text, then named keys) to a terminal session and wait (foreground), or start a background
+    job (background)."""
+
+    run_in_background: StrictBool = Field(False, description=_BACKGROUND_DOC)
+
+
+class ResizeArgs(_Args):
+    """Resize a session's terminal; the program receives SIGWINCH."""
+
+    session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
+    rows: StrictInt = Field(ge=2, le=500, description="Rows (lines).")
+    cols: StrictInt = Field(ge=10, le=1000, description="Columns.")
+
+
+class RecordArgs(_Args):
+    """Start or stop recording a session's output to an asciinema v2 .cast file."""
+
+    session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
+    action: Literal["start", "stop"] = Field(description="start (needs path) or stop.")
+    path: Optional[StrictStr] = Field(None, min_length=1, description="Where to write the .cast file (start).")
 
 
 class ReadArgs(_Args):
@@ -103,6 +137,15 @@ class OpenResult(_Result):
     motd: str
 
 
+class ScreenInfo(_Result):
+    """The rendered screen of a full-screen program (the viewport is its text)."""
+
+    rows: int
+    cols: int
+    cursor_row: int = Field(alias="cursorRow")
+    cursor_col: int = Field(alias="cursorCol")
+
+
 class ForegroundSendResult(_Result):
     kind: Literal["foreground"] = "foreground"
     viewport: str
@@ -110,6 +153,9 @@ class ForegroundSendResult(_Result):
     session_status: SessionStatus = Field(alias="sessionStatus")
     truncated: bool
     exit_code: Optional[int] = Field(None, alias="exitCode")
+    #: Extras beyond the seed, present in the JSON only when they say something.
+    bell: Optional[bool] = Field(None, exclude_if=lambda v: v is None)
+    screen: Optional[ScreenInfo] = Field(None, exclude_if=lambda v: v is None)
     #: Raw program output with its colours (for cards and viewers; not part of the seed's JSON).
     _raw: bytes = PrivateAttr(b"")
 
@@ -163,6 +209,19 @@ class JobKillResult(_Result):
     status: JobStatus
 
 
+class ResizeResult(_Result):
+    session_id: str = Field(alias="sessionId")
+    rows: int
+    cols: int
+
+
+class RecordResult(_Result):
+    session_id: str = Field(alias="sessionId")
+    action: Literal["start", "stop"]
+    path: str
+    events: int = 0
+
+
 ARGS = {
     "terminal_open": OpenArgs,
     "terminal_send": SendArgs,
@@ -173,4 +232,18 @@ ARGS = {
     "job_output": JobOutputArgs,
     "job_kill": JobKillArgs,
 }
+#: The seed's tools plus job_output / job_kill, in their fixed order.
 TOOL_NAMES = tuple(ARGS)
+#: Tools beyond the seed (full screens, recordings), present when extensions are enabled.
+EXTENSION_ARGS = {"terminal_resize": ResizeArgs, "terminal_record": RecordArgs}
+ALL_TOOL_NAMES = TOOL_NAMES + tuple(EXTENSION_ARGS)
+
+
+def tool_models(background: bool = True, extensions: bool = True) -> dict[str, type[BaseModel]]:
+    """The argument model of every tool under this configuration, in the fixed order."""
+    send = {(True, True): SendArgsKeys, (False, True): SendArgsKeysForeground,
+            (True, False): SendArgs, (False, False): SendArgsForeground}[(background, extensions)]
+    models: dict[str, type[BaseModel]] = {**ARGS, "terminal_send": send}
+    if extensions:
+        models.update(EXTENSION_ARGS)
+    return models

@@ -10,7 +10,7 @@ import inspect
 from typing import Any, Iterable, Literal
 
 from ..errors import InvalidArgumentError
-from .models import ARGS, SendArgsForeground, TOOL_NAMES
+from pydantic import BaseModel
 
 SchemaFormat = Literal["openai", "anthropic", "json-schema"]
 FORMATS = ("openai", "anthropic", "json-schema")
@@ -38,9 +38,8 @@ def _simplify(prop: dict[str, Any]) -> dict[str, Any]:
     return prop
 
 
-def parameters_schema(name: str, background: bool = True) -> dict[str, Any]:
-    """The JSON Schema of ``name``'s arguments (``run_in_background`` only when ``background``)."""
-    model = ARGS[name] if (background or name != "terminal_send") else SendArgsForeground
+def parameters_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON Schema of a tool's arguments model."""
     raw = model.model_json_schema(by_alias=True)
     props = {key: _simplify(value) for key, value in raw.get("properties", {}).items()}
     schema: dict[str, Any] = {"type": "object", "properties": props, "additionalProperties": False}
@@ -49,33 +48,33 @@ def parameters_schema(name: str, background: bool = True) -> dict[str, Any]:
     return _sorted(schema)
 
 
-def description(name: str) -> str:
-    model = ARGS[name]
-    return " ".join(inspect.cleandoc(model.__doc__ or name).split())
+def description(model: type[BaseModel]) -> str:
+    return " ".join(inspect.cleandoc(model.__doc__ or "").split())
 
 
-def build_schemas(fmt: str = "openai", *, background: bool = True,
+def build_schemas(models: dict[str, type[BaseModel]], fmt: str = "openai", *,
                   include: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """Schemas of the tools in ``include`` (default all, in the fixed order) in format ``fmt``."""
+    """Schemas of the tools in ``include`` (default all of ``models``, in their order) in format ``fmt``."""
     if fmt not in FORMATS:
         raise InvalidArgumentError(f"unknown schema format {fmt!r}: use one of {', '.join(FORMATS)}")
-    names = list(TOOL_NAMES)
+    names = list(models)
     if include is not None:
         wanted = list(include)
-        unknown = [n for n in wanted if n not in TOOL_NAMES]
+        unknown = [n for n in wanted if n not in models]
         if unknown:
-            raise InvalidArgumentError(f"unknown tool name(s) {unknown}: the tools are {', '.join(TOOL_NAMES)}")
+            raise InvalidArgumentError(f"unknown tool name(s) {unknown}: the tools are {', '.join(models)}")
         names = [n for n in names if n in wanted]
     out = []
     for name in names:
-        params = parameters_schema(name, background)
+        model = models[name]
+        params = parameters_schema(model)
         if fmt == "openai":
-            item = {"type": "function", "function": {"name": name, "description": description(name),
+            item = {"type": "function", "function": {"name": name, "description": description(model),
                                                      "parameters": params}}
         elif fmt == "anthropic":
-            item = {"name": name, "description": description(name), "input_schema": params}
+            item = {"name": name, "description": description(model), "input_schema": params}
         else:
             item = {"$schema": "https://json-schema.org/draft/2020-12/schema", "title": name,
-                    "description": description(name), **params}
+                    "description": description(model), **params}
         out.append(_sorted(item))
     return out

@@ -20,8 +20,9 @@ from ..owners import Agent
 from .config import ToolsConfig, load_config
 from .policies import (Deny, Policy, PolicyDenied, PolicyError, PolicyOutcome, Replace, Rewrite, ShortCircuit,
                        ToolCall, check_content)
-from .models import (ARGS, TOOL_NAMES, BackgroundSendResult, CloseResult, ForegroundSendResult, JobKillResult,
-                     JobOutputResult, OpenResult, ReadResult, SendArgsForeground, SessionEntry, SessionList,
+from .models import (BackgroundSendResult, CloseResult, ForegroundSendResult, JobKillResult, JobOutputResult,
+                     OpenResult, ReadResult, RecordResult, ResizeResult, ScreenInfo, SessionEntry, SessionList,
+                     tool_models,
                      SignalResult)
 from .render import body_budget, render_capped, utf8_size
 from .schemas import build_schemas
@@ -103,7 +104,7 @@ class TerminalTools:
             return started[0].future
 
         r = self._loop.call_and_wait(start, on_interrupt=lambda: started and started[0].cancel())
-        return _foreground_result(r)
+        return foreground_result(r)
 
     async def acall(self, name: str, args: dict[str, Any] | None = None, *,
                     agent: Agent | None = None) -> BaseModel:
@@ -208,7 +209,7 @@ class TerminalTools:
 
     def schemas(self, format: str = "openai", include: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Tool schemas in ``"openai"``, ``"anthropic"`` or ``"json-schema"`` form, optionally filtered."""
-        return build_schemas(format, background=self.config.enable_run_in_background, include=include)
+        return build_schemas(self.models, format, include=include)
 
     def system_prompt_sections(self) -> list[dict[str, Any]]:
         """The fixed guidance section: ``[{"name": "tool:pty", "order": 106, "text": …}]``."""
@@ -268,20 +269,24 @@ class TerminalTools:
         handler = getattr(self, "_" + name)
         return await handler(parsed, agent, ctx)
 
+    @property
+    def models(self) -> dict[str, type[BaseModel]]:
+        """The argument model of every tool under the current config (the schemas come from these)."""
+        return tool_models(self.config.enable_run_in_background, self.config.enable_terminal_extensions)
+
     def _validate(self, name: str, args: dict[str, Any] | None) -> BaseModel:
-        if not isinstance(name, str) or name not in ARGS:
-            raise InvalidArgumentError(f"unknown tool {name!r}: the tools are {', '.join(TOOL_NAMES)}")
+        models = self.models
+        if not isinstance(name, str) or name not in models:
+            raise InvalidArgumentError(f"unknown tool {name!r}: the tools are {', '.join(models)}")
         if args is None:
             args = {}
         if not isinstance(args, dict):
             raise InvalidArgumentError(f"{name}: arguments must be a JSON object (dict), got {type(args).__name__}")
-        model = ARGS[name]
-        if name == "terminal_send" and not self.config.enable_run_in_background:
-            if "run_in_background" in args:
-                raise InvalidArgumentError(
-                    "terminal_send: undeclared argument 'run_in_background': background sends are disabled "
-                    "(enableRunInBackground is false); send in the foreground")
-            model = SendArgsForeground
+        model = models[name]
+        if name == "terminal_send" and not self.config.enable_run_in_background and "run_in_background" in args:
+            raise InvalidArgumentError(
+                "terminal_send: undeclared argument 'run_in_background': background sends are disabled "
+                "(enableRunInBackground is false); send in the foreground")
         try:
             return model.model_validate(args)
         except ValidationError as exc:
@@ -294,14 +299,14 @@ class TerminalTools:
 
     def _request(self, a: Any) -> SendRequest:
         return SendRequest(a.text, a.submit, float(a.timeout), float(a.idle),
-                           viewport_chars=self.max_result_bytes)
+                           viewport_chars=self.max_result_bytes, keys=tuple(getattr(a, "keys", None) or ()))
 
     async def _terminal_send(self, a: Any, agent: Agent, ctx: _CallContext) -> BaseModel:
         if getattr(a, "run_in_background", False):
             return await self._start_background(a, agent)
         op = await self.manager.astart_send(agent, a.session_id, self._request(a), "a foreground send")
         ctx.operation = op
-        return _foreground_result(await op.future)
+        return foreground_result(await op.future)
 
     async def _start_background(self, a: Any, agent: Agent) -> BackgroundSendResult:
         request = self._request(a)
@@ -349,6 +354,14 @@ class TerminalTools:
         result._more = read.more
         return result
 
+    async def _terminal_resize(self, a: Any, agent: Agent, ctx: _CallContext) -> ResizeResult:
+        rows, cols = await self.manager.aresize(agent, a.session_id, a.rows, a.cols)
+        return ResizeResult(session_id=a.session_id, rows=rows, cols=cols)
+
+    async def _terminal_record(self, a: Any, agent: Agent, ctx: _CallContext) -> RecordResult:
+        path, events = await self.manager.arecord(agent, a.session_id, a.action, a.path)
+        return RecordResult(session_id=a.session_id, action=a.action, path=path, events=events)
+
     async def _job_kill(self, a: Any, agent: Agent, ctx: _CallContext) -> JobKillResult:
         status = await self.jobs.akill(agent, a.job_id)
         return JobKillResult(job_id=a.job_id, status=status)
@@ -373,10 +386,14 @@ def _wrap_around(policy: Policy, call: ToolCall, inner: Callable[[], Any]) -> Ca
     return wrapped
 
 
-def _foreground_result(r: Any) -> ForegroundSendResult:
+def foreground_result(r: Any) -> ForegroundSendResult:
+    screen = None
+    if r.screen is not None:
+        screen = ScreenInfo(rows=r.screen.rows, cols=r.screen.cols, cursor_row=r.screen.cursor_row,
+                            cursor_col=r.screen.cursor_col)
     result = ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,
                                   session_status=_status(r.session_status), truncated=r.viewport_truncated,
-                                  exit_code=r.exit_code)
+                                  exit_code=r.exit_code, bell=True if r.bell else None, screen=screen)
     result._raw = r.raw_output
     return result
 
@@ -408,6 +425,11 @@ def result_text(result: BaseModel, cap: int) -> str:
         meta = [f"[wait: {result.wait_reason}]", f"[session: {result.session_status}]"]
         if result.exit_code is not None:
             meta.append(f"[exit: {result.exit_code}]")
+        if result.screen is not None:
+            s = result.screen
+            meta.append(f"[screen: {s.rows}x{s.cols} cursor {s.cursor_row},{s.cursor_col}]")
+        if result.bell:
+            meta.append("[bell]")
         return render_capped(meta, result.viewport, cap, keep_tail=True, cut=result.truncated)
     if isinstance(result, BackgroundSendResult):
         return render_capped([f"jobId: {result.job_id}"], "running in the background: collect its output with "
@@ -430,6 +452,13 @@ def result_text(result: BaseModel, cap: int) -> str:
     if isinstance(result, JobOutputResult):
         meta = _job_meta(result.job_id, result.status, result.detail)
         return render_capped(meta, result.output, cap, cut=result._more)
+    if isinstance(result, ResizeResult):
+        return render_capped([f"sessionId: {result.session_id}", f"size: {result.rows}x{result.cols}"], "", cap)
+    if isinstance(result, RecordResult):
+        meta = [f"sessionId: {result.session_id}", f"recording: {result.action}"]
+        if result.action == "stop":
+            meta.append(f"events: {result.events}")
+        return render_capped(meta, result.path, cap)
     if isinstance(result, JobKillResult):
         return render_capped([f"[job: {result.job_id}]", f"[status: {result.status}]"], "", cap)
     raise TypeError(f"not a tool result: {type(result).__name__}")

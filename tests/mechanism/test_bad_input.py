@@ -43,9 +43,10 @@ def test_send_errors(manager, agent):
         with pytest.raises(InvalidArgumentError, match="invalid signal 'SIGFOO'"):
             manager.signal(agent, sid, "SIGFOO")
         session = manager.session(agent, sid)
-        wait_for(lambda: session.foreground_pgid() not in (0, session.pid))  # sleep is running
+        wait_for(lambda: _comm(session.foreground_pgid()) == "sleep")  # sleep has exec'd
         manager.signal(agent, sid, "SIGINT")
-        assert manager.loop_thread.run(_await(op.future)).wait_reason == "stdin_read"
+        result = manager.loop_thread.run(_await(op.future))
+        assert result.wait_reason == "stdin_read", result
         with pytest.raises(InvalidArgumentError, match="use terminal_close"):
             manager.signal(agent, sid, "SIGKILL")
         with pytest.raises(InvalidArgumentError, match="timeout"):
@@ -65,3 +66,11 @@ def test_send_errors(manager, agent):
 
 async def _await(fut):
     return await fut
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""

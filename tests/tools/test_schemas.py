@@ -11,7 +11,7 @@ import pytest
 
 from dsh_terminal_magics import TerminalTools, TerminalError
 from dsh_terminal_magics.tools.config import ToolsConfig
-from dsh_terminal_magics.tools.models import ARGS
+from dsh_terminal_magics.tools.models import ALL_TOOL_NAMES, ARGS, TOOL_NAMES
 
 VALID_CALLS = {
     "terminal_open": {"type": "shell", "name": "main", "cwd": "/tmp"},
@@ -22,6 +22,8 @@ VALID_CALLS = {
     "terminal_list": {},
     "job_output": {"jobId": "j-0123456789abcdef"},
     "job_kill": {"jobId": "j-0123456789abcdef"},
+    "terminal_resize": {"sessionId": "t-0123456789abcdef", "rows": 50, "cols": 100},
+    "terminal_record": {"sessionId": "t-0123456789abcdef", "action": "start", "path": "s.cast"},
 }
 
 
@@ -37,13 +39,14 @@ def parameters(fmt: str, item: dict) -> tuple[str, dict]:
 def test_every_schema_is_valid_and_round_trips(fmt):
     tools = TerminalTools()
     schemas = tools.schemas(format=fmt)
-    assert [parameters(fmt, s)[0] for s in schemas] == list(ARGS)
+    models = tools.models
+    assert [parameters(fmt, s)[0] for s in schemas] == list(models) == list(ALL_TOOL_NAMES)
     for item in schemas:
         name, schema = parameters(fmt, item)
         jsonschema.Draft202012Validator.check_schema(schema)
         call = VALID_CALLS[name]
         jsonschema.validate(call, schema)
-        ARGS[name].model_validate(call)  # the model accepts what the schema accepts
+        models[name].model_validate(call)  # the model accepts what the schema accepts
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({**call, "unexpected": 1}, schema)
 
@@ -104,3 +107,14 @@ def test_byte_identical_across_interpreters_and_hash_seeds():
         outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True).stdout)
     assert outs[0] == outs[1] and len(outs[0]) > 1000
     assert json.loads(outs[0])[0] == TerminalTools().schemas("openai")
+
+
+def test_extensions_off_leave_exactly_the_seed_tools():
+    tools = TerminalTools(config={"enableTerminalExtensions": False})
+    schemas = tools.schemas("anthropic")
+    assert [s["name"] for s in schemas] == list(TOOL_NAMES) == list(ARGS)
+    send = [s for s in schemas if s["name"] == "terminal_send"][0]["input_schema"]["properties"]
+    assert set(send) == {"sessionId", "text", "submit", "run_in_background", "timeout", "idle"}
+    from dsh_terminal_magics import Agent
+    text = tools.call_text("terminal_resize", {"sessionId": "t-1", "rows": 5, "cols": 20}, agent=Agent())
+    assert "unknown tool 'terminal_resize'" in text

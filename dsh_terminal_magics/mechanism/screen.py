@@ -1,0 +1,154 @@
+"""Screen emulation for full-screen programs (pyte), fed only while a screen is needed.
+
+pyte is pure Python (well under 2 MB/s here), so the session feeds a
+:class:`ScreenModel` only while the alternate screen is active or a viewer
+asks, in budgeted slices from the raw ring; when it has fallen far behind it
+resynchronises from the ring's tail instead of replaying everything.
+"""
+from __future__ import annotations
+
+import codecs
+import html
+import time
+from dataclasses import dataclass
+
+import pyte
+
+from .output import RawRing
+
+#: Fall further behind than this and the model restarts from the newest :data:`RESYNC_TAIL` bytes.
+RESYNC_BYTES = 256 * 1024
+RESYNC_TAIL = 32 * 1024
+#: Bytes fed to pyte between checks of the time budget.
+SLICE = 4096
+
+_PYTE_COLOURS = {"black": "#000000", "red": "#cd3131", "green": "#0dbc79", "brown": "#e5e510",
+                 "yellow": "#e5e510", "blue": "#2472c8", "magenta": "#bc3fbc", "cyan": "#11a8cd",
+                 "white": "#e5e5e5", "brightblack": "#666666", "brightred": "#f14c4c",
+                 "brightgreen": "#23d18b", "brightyellow": "#f5f543", "brightblue": "#3b8eea",
+                 "brightmagenta": "#d670d6", "brightcyan": "#29b8db", "brightwhite": "#ffffff"}
+
+
+@dataclass(frozen=True)
+class ScreenSnapshot:
+    """A rendered screen: ``rows`` lines of ``cols`` cells and the cursor (0-based row, column)."""
+
+    rows: int
+    cols: int
+    lines: tuple[str, ...]
+    cursor_row: int
+    cursor_col: int
+
+    def text(self) -> str:
+        """The screen as text: lines right-stripped, trailing empty lines dropped."""
+        lines = [line.rstrip() for line in self.lines]
+        while lines and not lines[-1]:
+            lines.pop()
+        return "\n".join(lines)
+
+
+class _Screen(pyte.Screen):
+    """pyte's screen, tolerant of private SGR sequences (``ESC[>4;2m``, sent by vim) it does not know."""
+
+    def select_graphic_rendition(self, *attrs: int, private: bool = False, **_: object) -> None:
+        if not private:
+            super().select_graphic_rendition(*attrs)
+
+
+class ScreenModel:
+    """A pyte screen following a session's raw output from an offset of its :class:`RawRing`."""
+
+    def __init__(self, rows: int, cols: int, offset: int) -> None:
+        self.screen = _Screen(cols, rows)
+        self.stream = pyte.Stream(self.screen)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.offset = offset
+        self.resyncs = 0
+        self.parser_errors = 0
+
+    def feed(self, data: bytes) -> None:
+        self.feed_text(self._decoder.decode(data))
+
+    def feed_text(self, text: str) -> None:
+        """Feed text; a sequence pyte chokes on restarts its parser instead of breaking the screen."""
+        try:
+            self.stream.feed(text)
+        except Exception:
+            self.parser_errors += 1
+            self.stream = pyte.Stream(self.screen)
+
+    def catch_up(self, ring: RawRing, budget: int | None = None, seconds: float | None = None) -> bool:
+        """Feed what the ring holds past our offset; True when caught up.
+
+        At most ``budget`` bytes and about ``seconds`` of work (slices of
+        :data:`SLICE`); further behind than :data:`RESYNC_BYTES`, restart
+        from the newest :data:`RESYNC_TAIL` bytes instead.
+        """
+        data, lost = ring.since(self.offset)
+        if lost or len(data) > RESYNC_BYTES:
+            self.resyncs += 1
+            self.screen.reset()
+            self._decoder.reset()
+            cut = len(data) - RESYNC_TAIL
+            self.offset = ring.total - len(data) + cut
+            data = data[cut:]
+        if budget is not None and len(data) > budget:
+            data = data[:budget]
+        deadline = None if seconds is None else time.monotonic() + seconds
+        for start in range(0, len(data), SLICE):
+            piece = data[start:start + SLICE]
+            self.feed(piece)
+            self.offset += len(piece)
+            if deadline is not None and time.monotonic() > deadline:
+                break
+        return self.offset >= ring.total
+
+    def resize(self, rows: int, cols: int) -> None:
+        self.screen.resize(rows, cols)
+
+    def snapshot(self) -> ScreenSnapshot:
+        s = self.screen
+        return ScreenSnapshot(s.lines, s.columns, tuple(s.display), s.cursor.y, s.cursor.x)
+
+    def html(self) -> str:
+        """The screen as escaped HTML rows, colours and the cursor cell kept."""
+        s = self.screen
+        rows = []
+        for y in range(s.lines):
+            line = s.buffer[y]
+            parts = []
+            for x in range(s.columns):
+                char = line[x]
+                style = _css(char, cursor=(y == s.cursor.y and x == s.cursor.x and not s.cursor.hidden))
+                text = html.escape(char.data or " ")
+                parts.append(f'<span style="{style}">{text}</span>' if style else text)
+            rows.append("".join(parts).rstrip())
+        return "\n".join(rows)
+
+
+def _css(char: "pyte.screens.Char", cursor: bool) -> str:
+    fg, bg = _colour(char.fg), _colour(char.bg)
+    if char.reverse != cursor:
+        fg, bg = bg or "#1e1e1e", fg or "#e5e5e5"
+    parts = []
+    if fg:
+        parts.append(f"color:{fg}")
+    if bg:
+        parts.append(f"background-color:{bg}")
+    if char.bold:
+        parts.append("font-weight:bold")
+    if char.italics:
+        parts.append("font-style:italic")
+    if char.underscore:
+        parts.append("text-decoration:underline")
+    return ";".join(parts)
+
+
+def _colour(name: str) -> str | None:
+    if not name or name == "default":
+        return None
+    if name in _PYTE_COLOURS:
+        return _PYTE_COLOURS[name]
+    if len(name) == 6 and all(c in "0123456789abcdefABCDEF" for c in name):
+        return "#" + name.lower()
+    return None

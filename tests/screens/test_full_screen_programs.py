@@ -1,0 +1,129 @@
+"""Real full-screen programs through named keys; resize; BEL; recordings and replay."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from dsh_terminal_magics.mechanism import SendRequest
+from dsh_terminal_magics.notebook.replay import ReplayViewport, replay_text
+
+
+def send(manager, agent, sid, text="", submit=True, keys=(), **kw):
+    return manager.send(agent, sid, SendRequest(text, submit, keys=tuple(keys), **kw))
+
+
+@pytest.fixture
+def shell(manager, agent):
+    sid = manager.spawn(agent, "shell").session_id
+    yield sid
+    manager.kill(agent, sid)
+
+
+@pytest.mark.skipif(shutil.which("vim") is None, reason="vim is not installed (apt-get install vim)")
+def test_vim_edits_a_file_through_keys(manager, agent, shell, tmp_path):
+    target = tmp_path / "notes.txt"
+    r = send(manager, agent, shell, f"vim -u NONE -N -i NONE {target}")
+    assert r.wait_reason == "stdin_read" and r.screen is not None and "~" in r.viewport
+    r = send(manager, agent, shell, "ihello from keys", submit=False)
+    assert "hello from keys" in r.viewport
+    r = send(manager, agent, shell, submit=False, keys=["Enter", "s", "e", "c", "o", "n", "d", "Esc", ":", "w",
+                                                          "q", "Enter"])
+    assert r.wait_reason == "stdin_read" and r.screen is None and r.exit_code == 0
+    assert target.read_text() == "hello from keys\nsecond\n"
+
+
+def test_less_pages_and_leaves_a_clean_scrollback(manager, agent, shell, tmp_path):
+    long = tmp_path / "long.txt"
+    long.write_text("".join(f"row {i}\n" for i in range(1, 301)))
+    r = send(manager, agent, shell, f"less {long}")
+    assert r.screen is not None and r.viewport.splitlines()[0] == "row 1"
+    assert (r.screen.rows, r.screen.cols) == (40, 160)
+    r = send(manager, agent, shell, submit=False, keys=["PageDown"])
+    assert r.viewport.splitlines()[0] == "row 40"
+    r = send(manager, agent, shell, "q", submit=False)
+    assert r.screen is None and r.viewport.endswith("$ ")
+    lines = manager.read(agent, shell, 0, 10).lines
+    assert lines[-2:] == [f"$ less {long}", "$ "]  # nothing less drew leaked into the history
+
+
+def test_top_batch_and_interactive(manager, agent, shell):
+    r = send(manager, agent, shell, "top -b -n 1 | head -5")
+    assert r.viewport.splitlines()[1].startswith("top -") and "Tasks:" in r.viewport
+    r = send(manager, agent, shell, "top -d 5")
+    assert r.screen is not None and r.viewport.startswith("top -") and "PID" in r.viewport
+    r = send(manager, agent, shell, "q", submit=False)
+    assert r.screen is None and r.wait_reason == "stdin_read"
+
+
+def test_resize_reaches_the_program(manager, agent, shell):
+    manager.resize(agent, shell, 50, 100)
+    assert send(manager, agent, shell, "stty size").viewport.splitlines()[1] == "50 100"
+    r = send(manager, agent, shell, "tput lines; tput cols")
+    assert r.viewport.splitlines()[1:3] == ["50", "100"]
+
+
+def test_bell_is_reported(manager, agent, shell):
+    assert send(manager, agent, shell, "printf 'ding\\a\\n'").bell is True
+    assert send(manager, agent, shell, "echo quiet").bell is False
+
+
+def test_recording_is_asciinema_v2_and_replays(manager, agent, shell, tmp_path, monkeypatch):
+    cast = tmp_path / "demo.cast"
+    manager.record(agent, shell, "start", str(cast))
+    send(manager, agent, shell, "printf '\\e[32mgreen\\e[0m ✓\\n'")
+    manager.resize(agent, shell, 30, 90)
+    send(manager, agent, shell, "echo second")
+    path, events = manager.record(agent, shell, "stop")
+    assert path == str(cast) and events >= 2
+    lines = cast.read_text(encoding="utf-8").splitlines()
+    header = json.loads(lines[0])
+    assert header["version"] == 2 and (header["width"], header["height"]) == (160, 40)
+    stamps = []
+    for line in lines[1:]:
+        stamp, kind, data = json.loads(line)
+        assert isinstance(stamp, float) and kind in ("o", "r") and isinstance(data, str)
+        stamps.append(stamp)
+    assert stamps == sorted(stamps)
+    assert any(json.loads(line)[1:] == ["r", "90x30"] for line in lines[1:])
+    text = replay_text(str(cast))
+    assert "green ✓" in text and "second" in text
+
+    import comm
+    monkeypatch.setattr(comm, "create_comm", lambda **kw: type("C", (), {
+        "comm_id": "c", "kernel": "k", "open": lambda *a, **k: None, "on_msg": lambda *a, **k: None,
+        "close": lambda *a, **k: None, "send": lambda *a, **k: None})())
+    view = ReplayViewport(str(cast), speed=50, loop_thread=manager.loop_thread)
+    assert view.wait(30)
+    assert "second" in view.snapshot() and "green" in view.screen.value
+
+
+def test_recording_errors(manager, agent, shell, tmp_path):
+    from dsh_terminal_magics.errors import InvalidArgumentError
+    with pytest.raises(InvalidArgumentError, match="not recording"):
+        manager.record(agent, shell, "stop")
+    with pytest.raises(InvalidArgumentError, match="directory does not exist"):
+        manager.record(agent, shell, "start", "/no/such/dir/x.cast")
+    manager.record(agent, shell, "start", str(tmp_path / "a.cast"))
+    with pytest.raises(InvalidArgumentError, match="already recording"):
+        manager.record(agent, shell, "start", str(tmp_path / "b.cast"))
+    manager.record(agent, shell, "stop")
+
+
+def test_flood_inside_a_full_screen_program_with_a_viewport_open(manager, agent, shell, monkeypatch):
+    import comm
+    from dsh_terminal_magics.notebook.viewport import TerminalViewport
+    monkeypatch.setattr(comm, "create_comm", lambda **kw: type("C", (), {
+        "comm_id": "c", "kernel": "k", "open": lambda *a, **k: None, "on_msg": lambda *a, **k: None,
+        "close": lambda *a, **k: None, "send": lambda *a, **k: None})())
+    view = TerminalViewport(manager, agent, shell)
+    try:
+        r = send(manager, agent, shell, "printf '\\e[?1049h'; head -c 100000000 /dev/zero | tr '\\0' x | "
+                 "fold -w 150; printf '\\e[?1049l'; echo done-flood", timeout=300, idle=60)
+        assert r.wait_reason == "stdin_read" and "done-flood" in r.viewport
+        session = manager.session(agent, shell)
+        assert session.screen is not None and session.screen.resyncs >= 1  # pyte never replayed it all
+        assert sum(len(line) for line in manager.read(agent, shell, 0, 5000).lines) < 10_000  # history clean
+    finally:
+        view.detach()
