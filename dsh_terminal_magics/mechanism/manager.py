@@ -22,6 +22,7 @@ from ..errors import InvalidArgumentError, SessionNotRunningError, TerminalError
 from ..owners import new_id
 from .backends import BackendRegistry
 from .event_loop import EventLoopThread
+from .keys import encode_keys
 from .session import (MAX_SEND_BYTES, Page, SendOperation, SendRequest, SendResult, Session, SessionInfo,
                       SessionOptions, close_sessions)
 from .watchdog import Watchdog
@@ -314,6 +315,8 @@ def _check_request(request: SendRequest) -> None:
     if len(request.text.encode("utf-8", "surrogateescape")) > MAX_SEND_BYTES:
         raise InvalidArgumentError(
             f"text is larger than {MAX_SEND_BYTES} bytes: write it to a file and send a command that reads it")
+    if request.keys:
+        encode_keys(list(request.keys))  # refuses unknown key names
     for field_name in ("timeout", "idle"):
         value = getattr(request, field_name)
         if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 24 * 3600:

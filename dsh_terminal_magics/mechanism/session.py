@@ -500,11 +500,11 @@ class Session:
     def start_send(self, request: SendRequest, holder: str) -> SendOperation:
         """Take the send reservation now and start writing and waiting; returns the operation."""
         self.check_can_send()
+        payload = request.payload(self.application_cursor)  # may refuse bad keys: before anything changes
         op = SendOperation(self, request, holder)
         self.reservation = holder
         self.operation = op
         # Fence and first write happen now, so the program starts working before any task runs.
-        payload = request.payload(self.application_cursor)
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self._write_now(payload[:4096]) if payload else 0
         op.task = self.loop.create_task(self._run_send(op, fence, payload[written:]))

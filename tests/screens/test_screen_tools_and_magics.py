@@ -1,0 +1,63 @@
+"""The screen features through the tools API and the magics: keys, terminal_resize, terminal_record."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from IPython.core.error import UsageError
+
+from dsh_terminal_magics import TerminalError, TerminalTools
+
+
+@pytest.fixture
+def tools():
+    t = TerminalTools()
+    yield t
+    t.shutdown()
+
+
+def test_keys_resize_and_record_through_the_tools(tools, agent, tmp_path):
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "echo abc", "submit": False,
+                                     "keys": ["Left", "Left", "X", "Enter"]}, agent=agent)
+    assert r.viewport.splitlines()[1] == "aXbc"  # cursor keys edited the line before Enter
+    resized = tools.call("terminal_resize", {"sessionId": sid, "rows": 30, "cols": 120}, agent=agent)
+    assert resized.model_dump(by_alias=True) == {"sessionId": sid, "rows": 30, "cols": 120}
+    assert tools.call_text("terminal_resize", {"sessionId": sid, "rows": 1, "cols": 120},
+                           agent=agent).startswith("[error]")
+    cast = tmp_path / "t.cast"
+    started = tools.call_text("terminal_record", {"sessionId": sid, "action": "start", "path": str(cast)},
+                              agent=agent)
+    assert started.startswith(f"sessionId: {sid} recording: start")
+    tools.call("terminal_send", {"sessionId": sid, "text": "echo recorded"}, agent=agent)
+    stopped = tools.call("terminal_record", {"sessionId": sid, "action": "stop"}, agent=agent)
+    assert stopped.events >= 1 and json.loads(cast.read_text().splitlines()[0])["width"] == 120
+    with pytest.raises(TerminalError, match="unknown key 'Hyper'"):
+        tools.call("terminal_send", {"sessionId": sid, "text": "", "keys": ["Hyper"]}, agent=agent)
+    screen = tools.call("terminal_send", {"sessionId": sid, "text": "less /etc/passwd"}, agent=agent)
+    text = tools.render(screen)
+    assert text.startswith("[wait: stdin_read] [session: running] [screen: 30x120 cursor ")
+    assert screen.model_dump(by_alias=True, exclude_none=True)["screen"]["rows"] == 30
+    tools.call("terminal_send", {"sessionId": sid, "text": "q", "submit": False}, agent=agent)
+
+
+def test_magics_keys_resize_record_replay(ip, capsys, tmp_path):
+    ip.run_line_magic("term_open", "")
+    r = ip.run_line_magic("term_send", "--no-submit --keys Left,Left,Y,Enter echo xyz")
+    assert "xYyz" in r.viewport
+    assert ip.run_line_magic("term_resize", "25 90").text.endswith("to 25x90")
+    cast = tmp_path / "m.cast"
+    ip.run_line_magic("term_record", f"start {cast}")
+    ip.run_line_magic("term_send", "echo in-the-recording")
+    assert "events" in ip.run_line_magic("term_record", "stop").text
+    capsys.readouterr()
+    ip.run_line_magic("term_replay", str(cast))
+    assert "in-the-recording" in capsys.readouterr().out
+    with pytest.raises(UsageError, match="not an asciinema v2 recording|cannot read recording"):
+        ip.run_line_magic("term_replay", str(tmp_path / "missing.cast"))
+    with pytest.raises(UsageError, match="unknown key"):
+        ip.run_line_magic("term_send", "--keys Nope echo")
+    r = ip.run_line_magic("term_send", "top -d 5")
+    out = capsys.readouterr().out
+    assert "[screen 25x90]" in repr(r) and "PID" in out
+    ip.run_line_magic("term_send", "--no-submit q")
