@@ -13,9 +13,11 @@ run; the newest :data:`MAX_FINISHED_JOBS` finished jobs are remembered.
 """
 from __future__ import annotations
 
+import builtins
+
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Literal, TypeVar
+from typing import Any, Awaitable, Callable, Coroutine, Literal, TypeVar, cast
 
 from .errors import InvalidArgumentError, TerminalError, UnknownJobError
 from .mechanism.event_loop import EventLoopThread
@@ -146,7 +148,7 @@ class JobRegistry:
         job.status, job.detail = outcome.status, outcome.detail
         # Keep what no one has read yet, then let go of the run (and the session it holds).
         job.carry += job.handle.read_output()
-        job.handle = JobHandle(cancel=_nothing, done=job.finished, read_output=str)
+        job.handle = JobHandle(cancel=_nothing, done=cast("Awaitable[JobOutcome]", job.finished), read_output=str)
         job.finished.set_result(None)
         self._forget_old_jobs()
         for listener in list(job.listeners):
@@ -215,7 +217,7 @@ class JobRegistry:
         """Cancel a running job and wait until it has ended; returns its final status."""
         return self._run(self._kill(owner, job_id))
 
-    def list(self, owner: object) -> list[JobInfo]:
+    def list(self, owner: object) -> builtins.list[JobInfo]:
         return self._run(self._list(owner))
 
     def close_owner(self, owner: object | None) -> None:
@@ -232,7 +234,7 @@ class JobRegistry:
     async def akill(self, owner: object, job_id: str) -> JobStatus:
         return await self._loop.arun(self._kill(owner, job_id))
 
-    async def alist(self, owner: object) -> list[JobInfo]:
+    async def alist(self, owner: object) -> builtins.list[JobInfo]:
         return await self._loop.arun(self._list(owner))
 
     async def aclose_owner(self, owner: object | None) -> None:

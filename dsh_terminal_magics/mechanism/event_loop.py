@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Callable, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, TypeVar
 
 from ..errors import TerminalError
 
@@ -55,7 +55,8 @@ class EventLoopThread:
                                 "use the async API there")
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def run(self, coro: Coroutine[Any, Any, T], on_interrupt: Callable[[], Awaitable[Any]] | None = None) -> T:
+    def run(self, coro: Coroutine[Any, Any, T],
+            on_interrupt: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> T:
         """Run ``coro`` on the loop and wait for its result in this thread.
 
         On KeyboardInterrupt, ``on_interrupt`` (a coroutine function) runs on the

@@ -10,6 +10,8 @@ coroutine on the private loop thread.
 """
 from __future__ import annotations
 
+import builtins
+
 import asyncio
 import atexit
 import os
@@ -227,7 +229,7 @@ class SessionManager:
             started.append(self.begin_send(owner, session_id, request, "a foreground send"))
             return started[0].future
 
-        return self._loop.call_and_wait(start, on_interrupt=lambda: started and started[0].cancel())
+        return self._loop.call_and_wait(start, on_interrupt=lambda: _cancel_first(started))
 
     def start_send(self, owner: object, session_id: str, request: SendRequest, holder: str) -> SendOperation:
         """Take the reservation and start a send; returns at once with the operation."""
@@ -253,7 +255,7 @@ class SessionManager:
         """Start (``action="start"``, ``path``) or stop an asciinema v2 recording; returns (path, events)."""
         return self._run(self._record(owner, session_id, action, path))
 
-    def list(self, owner: object) -> list[SessionInfo]:
+    def list(self, owner: object) -> builtins.list[SessionInfo]:
         """Snapshots of ``owner``'s sessions."""
         return self._run(self._list(owner))
 
@@ -297,7 +299,7 @@ class SessionManager:
     async def arecord(self, owner: object, session_id: str, action: str, path: str | None = None) -> tuple[str, int]:
         return await self._loop.arun(self._record(owner, session_id, action, path))
 
-    async def alist(self, owner: object) -> list[SessionInfo]:
+    async def alist(self, owner: object) -> builtins.list[SessionInfo]:
         return await self._loop.arun(self._list(owner))
 
     async def aclose_owner(self, owner: object) -> None:
@@ -334,3 +336,9 @@ def shutdown_all() -> None:
 
 
 atexit.register(shutdown_all)
+
+
+def _cancel_first(started: builtins.list[SendOperation]) -> None:
+    """Interrupt the send that was started, if it got that far."""
+    if started:
+        started[0].cancel()

@@ -470,7 +470,11 @@ class Session:
         assert self._proc is not None
         ready = self.loop.create_future()
         fd = self._proc.fd
-        self.loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+        def writable() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        self.loop.add_writer(fd, writable)
         try:
             await asyncio.wait_for(ready, timeout=0.05)
         except asyncio.TimeoutError:

@@ -222,7 +222,7 @@ class RecordResult(_Result):
     events: int = 0
 
 
-ARGS = {
+ARGS: dict[str, type[BaseModel]] = {
     "terminal_open": OpenArgs,
     "terminal_send": SendArgs,
     "terminal_read": ReadArgs,
@@ -235,14 +235,16 @@ ARGS = {
 #: The seed's tools plus job_output / job_kill, in their fixed order.
 TOOL_NAMES = tuple(ARGS)
 #: Tools beyond the seed (full screens, recordings), present when extensions are enabled.
-EXTENSION_ARGS = {"terminal_resize": ResizeArgs, "terminal_record": RecordArgs}
+EXTENSION_ARGS: dict[str, type[BaseModel]] = {"terminal_resize": ResizeArgs, "terminal_record": RecordArgs}
 ALL_TOOL_NAMES = TOOL_NAMES + tuple(EXTENSION_ARGS)
 
 
 def tool_models(background: bool = True, extensions: bool = True) -> dict[str, type[BaseModel]]:
     """The argument model of every tool under this configuration, in the fixed order."""
-    send = {(True, True): SendArgsKeys, (False, True): SendArgsKeysForeground,
-            (True, False): SendArgs, (False, False): SendArgsForeground}[(background, extensions)]
+    choices: dict[tuple[bool, bool], type[BaseModel]] = {
+        (True, True): SendArgsKeys, (False, True): SendArgsKeysForeground,
+        (True, False): SendArgs, (False, False): SendArgsForeground}
+    send = choices[(background, extensions)]
     models: dict[str, type[BaseModel]] = {**ARGS, "terminal_send": send}
     if extensions:
         models.update(EXTENSION_ARGS)

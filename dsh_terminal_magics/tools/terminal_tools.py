@@ -103,7 +103,7 @@ class TerminalTools:
             started.append(self.manager.begin_send(agent, a.session_id, self._request(a), "a foreground send"))
             return started[0].future
 
-        r = self._loop.call_and_wait(start, on_interrupt=lambda: started and started[0].cancel())
+        r = self._loop.call_and_wait(start, on_interrupt=lambda: _cancel_first(started))
         return foreground_result(r)
 
     async def acall(self, name: str, args: dict[str, Any] | None = None, *,
@@ -488,3 +488,9 @@ def describe_validation_error(name: str, model: type[BaseModel], exc: Validation
             problems.append(f"argument {key!r}: {err['msg']} (got {err.get('input')!r})")
     takes = ", ".join(accepted) if accepted else "no arguments"
     return f"{name}: " + "; ".join(problems) + f". {name} takes: {takes}"
+
+
+def _cancel_first(started: list[SendOperation]) -> None:
+    """Interrupt the send that was started, if it got that far."""
+    if started:
+        started[0].cancel()
