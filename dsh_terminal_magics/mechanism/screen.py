@@ -8,7 +8,6 @@ resynchronises from the ring's tail instead of replaying everything.
 from __future__ import annotations
 
 import codecs
-import html
 import time
 from dataclasses import dataclass
 
@@ -21,13 +20,6 @@ RESYNC_BYTES = 256 * 1024
 RESYNC_TAIL = 32 * 1024
 #: Bytes fed to pyte between checks of the time budget.
 SLICE = 4096
-
-_PYTE_COLOURS = {"black": "#000000", "red": "#cd3131", "green": "#0dbc79", "brown": "#e5e510",
-                 "yellow": "#e5e510", "blue": "#2472c8", "magenta": "#bc3fbc", "cyan": "#11a8cd",
-                 "white": "#e5e5e5", "brightblack": "#666666", "brightred": "#f14c4c",
-                 "brightgreen": "#23d18b", "brightyellow": "#f5f543", "brightblue": "#3b8eea",
-                 "brightmagenta": "#d670d6", "brightcyan": "#29b8db", "brightwhite": "#ffffff"}
-
 
 @dataclass(frozen=True)
 class ScreenSnapshot:
@@ -109,46 +101,3 @@ class ScreenModel:
     def snapshot(self) -> ScreenSnapshot:
         s = self.screen
         return ScreenSnapshot(s.lines, s.columns, tuple(s.display), s.cursor.y, s.cursor.x)
-
-    def html(self) -> str:
-        """The screen as escaped HTML rows, colours and the cursor cell kept."""
-        s = self.screen
-        rows = []
-        for y in range(s.lines):
-            line = s.buffer[y]
-            parts = []
-            for x in range(s.columns):
-                char = line[x]
-                style = _css(char, cursor=(y == s.cursor.y and x == s.cursor.x and not s.cursor.hidden))
-                text = html.escape(char.data or " ")
-                parts.append(f'<span style="{style}">{text}</span>' if style else text)
-            rows.append("".join(parts).rstrip())
-        return "\n".join(rows)
-
-
-def _css(char: "pyte.screens.Char", cursor: bool) -> str:
-    fg, bg = _colour(char.fg), _colour(char.bg)
-    if char.reverse != cursor:
-        fg, bg = bg or "#1e1e1e", fg or "#e5e5e5"
-    parts = []
-    if fg:
-        parts.append(f"color:{fg}")
-    if bg:
-        parts.append(f"background-color:{bg}")
-    if char.bold:
-        parts.append("font-weight:bold")
-    if char.italics:
-        parts.append("font-style:italic")
-    if char.underscore:
-        parts.append("text-decoration:underline")
-    return ";".join(parts)
-
-
-def _colour(name: str) -> str | None:
-    if not name or name == "default":
-        return None
-    if name in _PYTE_COLOURS:
-        return _PYTE_COLOURS[name]
-    if len(name) == 6 and all(c in "0123456789abcdefABCDEF" for c in name):
-        return "#" + name.lower()
-    return None

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import html
 import re
+from typing import TYPE_CHECKING
 
 from ..mechanism.output import _ESCAPE, _UNFINISHED
+
+if TYPE_CHECKING:
+    import pyte
 
 _SGR = re.compile(r"\x1b\[([0-9;:]*)m")
 _OTHER_CONTROLS = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
@@ -131,23 +135,29 @@ class _Style:
             i += 1
 
     def css(self) -> str:
-        fg, bg = (self.bg, self.fg) if self.inverse else (self.fg, self.bg)
-        if self.inverse:
-            fg, bg = fg or "#ffffff", bg or "#000000"
-        parts = []
-        if fg:
-            parts.append(f"color:{fg}")
-        if bg:
-            parts.append(f"background-color:{bg}")
-        if self.bold:
-            parts.append("font-weight:bold")
-        if self.dim:
-            parts.append("opacity:0.7")
-        if self.italic:
-            parts.append("font-style:italic")
-        if self.underline:
-            parts.append("text-decoration:underline")
-        return ";".join(parts)
+        return css_style(self.fg, self.bg, inverse=self.inverse, bold=self.bold, dim=self.dim,
+                         italic=self.italic, underline=self.underline)
+
+
+def css_style(fg: str | None, bg: str | None, *, inverse: bool = False, bold: bool = False, dim: bool = False,
+              italic: bool = False, underline: bool = False) -> str:
+    """Inline CSS for one run of terminal text (colours are ``#rrggbb`` or None for the default)."""
+    if inverse:
+        fg, bg = bg or "#1e1e1e", fg or "#e5e5e5"
+    parts = []
+    if fg:
+        parts.append(f"color:{fg}")
+    if bg:
+        parts.append(f"background-color:{bg}")
+    if bold:
+        parts.append("font-weight:bold")
+    if dim:
+        parts.append("opacity:0.7")
+    if italic:
+        parts.append("font-style:italic")
+    if underline:
+        parts.append("text-decoration:underline")
+    return ";".join(parts)
 
 
 def _extended_colour(rest: list[int]) -> tuple[str | None, int]:
@@ -202,3 +212,35 @@ def output_html(raw_text: str, max_lines: int) -> str:
     return ('<pre class="dsh-terminal" style="margin:0;padding:4px;background:#1e1e1e;color:#e5e5e5;'
             'font-family:monospace;white-space:pre-wrap;overflow-x:auto">' + ansi_to_html("\n".join(lines))
             + "</pre>")
+
+
+#: pyte's colour names, in the order of :data:`BASIC_COLOURS`.
+_PYTE_NAMES = ["black", "red", "green", "brown", "blue", "magenta", "cyan", "white", "brightblack", "brightred",
+               "brightgreen", "brightbrown", "brightblue", "brightmagenta", "brightcyan", "brightwhite"]
+_PYTE_COLOURS = {**dict(zip(_PYTE_NAMES, BASIC_COLOURS)), "yellow": BASIC_COLOURS[3],
+                 "brightyellow": BASIC_COLOURS[11]}
+
+
+def _pyte_colour(name: str) -> str | None:
+    if name in _PYTE_COLOURS:
+        return _PYTE_COLOURS[name]
+    if len(name) == 6 and all(c in "0123456789abcdefABCDEF" for c in name):
+        return "#" + name.lower()
+    return None  # "default" and anything unknown
+
+
+def screen_html(screen: "pyte.Screen") -> str:
+    """A pyte screen as escaped HTML rows, colours and the cursor cell kept."""
+    rows = []
+    for y in range(screen.lines):
+        line = screen.buffer[y]
+        parts = []
+        for x in range(screen.columns):
+            char = line[x]
+            at_cursor = y == screen.cursor.y and x == screen.cursor.x and not screen.cursor.hidden
+            style = css_style(_pyte_colour(char.fg), _pyte_colour(char.bg), inverse=char.reverse != at_cursor,
+                              bold=char.bold, italic=char.italics, underline=char.underscore)
+            text = html.escape(char.data or " ")
+            parts.append(f'<span style="{style}">{text}</span>' if style else text)
+        rows.append("".join(parts).rstrip())
+    return "\n".join(rows)

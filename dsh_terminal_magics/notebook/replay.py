@@ -10,6 +10,7 @@ import ipywidgets as widgets
 from ..mechanism.event_loop import EventLoopThread
 from ..mechanism.recording import read_cast
 from ..mechanism.screen import ScreenModel
+from .ansi_html import screen_html
 
 #: Longest pause replayed (seconds, after the speed-up): long idle stretches are shortened.
 MAX_PAUSE = 2.0
@@ -68,7 +69,7 @@ class ReplayViewport(widgets.VBox):
         self._pending = None
         with self.screen.hold_sync(), self.status.hold_sync():
             self.screen.value = ('<pre style="margin:0;padding:4px;background:#1e1e1e;color:#e5e5e5;'
-                                 'font-family:monospace">' + self.model.html() + "</pre>")
+                                 'font-family:monospace">' + screen_html(self.model.screen) + "</pre>")
             self.status.value = (f'<span style="font-family:monospace;font-size:85%">replay {self._played}/'
                                  f'{len(self._events)} events at {self._speed}x</span>')
 

@@ -20,7 +20,7 @@ import ipywidgets as widgets
 from ..mechanism import SessionManager
 from ..mechanism.keys import encode_keys
 from ..mechanism.session import Session
-from .ansi_html import output_html, sanitize_stream, strip_sgr, terminal_lines
+from .ansi_html import output_html, sanitize_stream, screen_html, strip_sgr, terminal_lines
 
 #: Bytes of raw output the screen is rendered from (enough for ``rows`` long lines).
 RENDER_TAIL_BYTES = 64 * 1024
@@ -121,7 +121,7 @@ class TerminalViewport(widgets.VBox):
             if not caught_up:
                 self._on_output()  # more to feed: come back at the next refresh
             return ('<pre class="dsh-terminal dsh-screen" style="margin:0;padding:4px;background:#1e1e1e;'
-                    'color:#e5e5e5;font-family:monospace">' + session.screen.html() + "</pre>")
+                    'color:#e5e5e5;font-family:monospace">' + screen_html(session.screen.screen) + "</pre>")
         return output_html(render_tail(session, self.rows), self.rows)
 
     def _status_html(self) -> str:

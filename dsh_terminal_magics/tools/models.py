@@ -128,13 +128,6 @@ class JobKillArgs(_Args):
 
 
 # -- results ----------------------------------------------------------------------------
-class OpenResult(_Result):
-    session_id: str = Field(alias="sessionId")
-    name: Optional[str] = None
-    type: str
-    pid: Optional[int] = None
-    status: SessionStatus
-    motd: str
 
 
 class ScreenInfo(_Result):
@@ -189,6 +182,10 @@ class SessionEntry(_Result):
     type: str
     pid: Optional[int] = None
     status: SessionStatus
+
+
+class OpenResult(SessionEntry):
+    motd: str
 
 
 class SessionList(RootModel[list[SessionEntry]]):
