@@ -159,24 +159,24 @@ class SessionManager:
 
     async def _kill(self, owner: object, session_id: str) -> bool:
         session = self._session(owner, session_id)
-        closed = await session.close()
-        self._sessions.pop(session_id, None)
-        return closed
+        return session in await self._close([session])
 
-    async def _close(self, sessions: list[Session]) -> None:
-        fresh = [s for s in sessions if s._closing is None]
-        waits = [s.close() for s in sessions if s._closing is not None]
+    async def _close(self, sessions: list[Session]) -> list[Session]:
+        """Close ``sessions`` together; returns those this call closed (the rest were already closing)."""
+        fresh = [s for s in sessions if s.closing is None]
+        already = [s.closing for s in sessions if s.closing is not None]
         for s in fresh:
-            s._closing = s.loop.create_future()
+            s.closing = s.loop.create_future()
         try:
             if fresh:
                 await close_sessions(fresh)
         finally:
             for s in fresh:
-                s._closing.set_result(None)  # type: ignore[union-attr]
+                s.closing.set_result(None)  # type: ignore[union-attr]
                 self._sessions.pop(s.session_id, None)
-        for waiter in waits:
-            await waiter
+        for waiter in already:
+            await asyncio.shield(waiter)  # type: ignore[arg-type]
+        return fresh
 
     async def _resize(self, owner: object, session_id: str, rows: int, cols: int) -> tuple[int, int]:
         session = self._running_session(owner, session_id)

@@ -220,7 +220,8 @@ class Session:
         self._leader: ProcessId | None = None
         self._slave_fd = -1
         self._pidfd = -1
-        self._closing: asyncio.Future[None] | None = None
+        #: Set while (and after) the session is being closed; resolves when it is gone.
+        self.closing: asyncio.Future[None] | None = None
         self.probe: ReadinessProbe | None = None
         self.screen: ScreenModel | None = None
         self.cursor_screen = False
@@ -328,18 +329,6 @@ class Session:
                         pass
                 os.close(fd)
                 setattr(self, attr, -1)
-
-    async def close(self) -> bool:
-        """End the whole process tree, reap, close fds.  False if a close was already running."""
-        if self._closing is not None:
-            await asyncio.shield(self._closing)
-            return False
-        self._closing = self.loop.create_future()
-        try:
-            await close_sessions([self])
-        finally:
-            self._closing.set_result(None)
-        return True
 
     def begin_close(self) -> TreeToEnd | None:
         self.status = "closing"
