@@ -1,0 +1,51 @@
+"""Backends by type name: built-ins, third-party entry points, clear errors."""
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+from dsh_terminal_magics import Agent
+from dsh_terminal_magics.errors import BackendError
+from dsh_terminal_magics.mechanism import BackendRegistry, SendRequest, SessionManager
+
+
+def test_builtin_backends():
+    registry = BackendRegistry()
+    assert {"shell", "python"} <= set(registry.names())
+    spec = registry.get("shell").launch("/")
+    assert spec.exit_marker and "--rcfile" in spec.argv
+
+
+def test_entry_point_backend_is_loaded_and_runs(tmp_path, monkeypatch):
+    (tmp_path / "dsh_cat_backend.py").write_text(textwrap.dedent("""
+        from dsh_terminal_magics.mechanism import LaunchSpec
+
+        class CatBackend:
+            name = "cat"
+
+            def launch(self, cwd):
+                return LaunchSpec(["cat"], {}, False, "cat: echoes every line")
+    """))
+    dist = tmp_path / "dsh_cat_backend-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: dsh-cat-backend\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[dsh_terminal_magics.backends]\ncat = dsh_cat_backend:CatBackend\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = BackendRegistry()
+    assert "cat" in registry.names()
+    manager, agent = SessionManager(registry=registry), Agent("plugin")
+    try:
+        info = manager.spawn(agent, "cat")
+        assert info.motd.startswith("cat: echoes every line")
+        r = manager.send(agent, info.session_id, SendRequest("meow"))
+        assert r.wait_reason == "stdin_read" and r.viewport.count("meow") == 2
+    finally:
+        manager.shutdown()
+    sys.modules.pop("dsh_cat_backend", None)
+
+
+def test_bad_backend_registration_is_refused():
+    with pytest.raises(BackendError, match="is not a backend"):
+        BackendRegistry().register(object())  # type: ignore[arg-type]
