@@ -23,12 +23,16 @@ import os
 import platform
 import struct
 import termios
+import time
 from dataclasses import dataclass, field
 
 from .process_tree import HAVE_PROC, process_table, read_proc, read_stat
 
 #: Waits with a timeout shorter than this (seconds) are timers, not prompts.
 SHORT_WAIT = 0.05
+#: How long a scanned process group's membership is reused, and how old the group must be first.
+GROUP_CACHE_TTL = 0.25
+GROUP_SETTLE = 0.02
 
 _SYSCALLS = {
     "x86_64": {0: "read", 19: "readv", 7: "poll", 271: "ppoll", 23: "select", 270: "pselect6",
@@ -59,6 +63,7 @@ class ReadinessProbe:
         self.leader_pid = leader_pid
         self.available = HAVE_PROC and bool(_SYSCALLS)
         self._timeout = 0.0
+        self._group_cache: tuple[int, list[int], float, float] | None = None
 
     # -- public ------------------------------------------------------------
     def foreground_pgid(self) -> int:
@@ -116,9 +121,28 @@ class ReadinessProbe:
 
     # -- internals ---------------------------------------------------------
     def _group(self, pgid: int) -> list[int]:
+        """Members of process group ``pgid``.
+
+        A full ``/proc`` scan costs ~10 us per process on the machine, so the
+        result is reused for :data:`GROUP_CACHE_TTL` - but only once the group
+        has existed for :data:`GROUP_SETTLE` (a shell forks a pipeline's
+        members one after another; a scan in between would miss some).
+        """
         if pgid == self.leader_pid:
             return [pgid]
-        return [pid for pid, stat in process_table().items() if stat.pgrp == pgid and not stat.gone]
+        now = time.monotonic()
+        cached = self._group_cache
+        if cached is not None and cached[0] == pgid:
+            _, members, scanned, first_seen = cached
+            if now - scanned < GROUP_CACHE_TTL and scanned - first_seen >= GROUP_SETTLE \
+                    and all(os.path.exists(f"/proc/{pid}") for pid in members):
+                return members
+            first_seen_at = first_seen
+        else:
+            first_seen_at = now
+        members = [pid for pid, stat in process_table().items() if stat.pgrp == pgid and not stat.gone]
+        self._group_cache = (pgid, members, now, first_seen_at)
+        return members
 
     def _group_verdict(self, pids: list[int], fence: Fence) -> bool | None:
         """True: someone reads the tty freshly and nobody runs; False: not ready; None: nobody seen."""
