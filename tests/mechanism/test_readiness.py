@@ -165,3 +165,16 @@ def test_binary_huge_and_escape_output_never_crash_the_reader(manager, agent, sh
     output = r.viewport.splitlines()[1:]  # after the echoed command line
     assert output == ["linkred", "$ "]
     assert send(manager, agent, shell, "echo alive").exit_code == 0
+
+
+def test_output_is_consumed_while_the_caller_is_busy(manager, agent, shell):
+    """A busy cell (here: this thread sleeping) never leaves the child blocked on a full PTY."""
+    import time
+    op = manager.start_send(agent, shell, SendRequest("seq 1 300000; echo END-OF-SEQ"), holder="busy-cell")
+    deadline = time.monotonic() + 60
+    session = manager.session(agent, shell)
+    while time.monotonic() < deadline and not manager.loop_thread.call(lambda: op.done):
+        time.sleep(0.5)  # no calls into the manager: the loop thread alone drains the PTY
+    assert manager.loop_thread.call(lambda: op.done)
+    assert manager.loop_thread.call(lambda: session.raw.total) > 300000 * 6
+    assert "END-OF-SEQ" in manager.read(agent, shell, 0, 5).lines
