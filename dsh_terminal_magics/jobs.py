@@ -193,10 +193,6 @@ class JobRegistry:
                     pass
             self._jobs.pop(job.job_id, None)
 
-    def job(self, owner: object, job_id: str) -> Job:
-        """The live job record (owner-fenced)."""
-        return self._loop.call(self._job, owner, job_id)
-
     # -- blocking and async API ----------------------------------------------------
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coro)
