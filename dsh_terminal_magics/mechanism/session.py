@@ -152,6 +152,7 @@ class SendOperation:
         self.started = time.monotonic()
         self.raw_offset = session.raw.total
         self.timed_wait: tuple[float, int] | None = None
+        self.escape_sent = False
         self.exit_code: int | None = None
         self.marker_seen = False
         self.bell = False
@@ -495,6 +496,7 @@ class Session:
         self.check_can_send()
         payload = request.payload(self.application_cursor)  # may refuse bad keys: before anything changes
         op = SendOperation(self, request, holder)
+        op.escape_sent = b"\x1b" in payload
         self.reservation = holder
         self.operation = op
         # Fence and first write happen now, so the program starts working before any task runs.
@@ -651,13 +653,14 @@ class Session:
         return recorder
 
     def _settled(self, op: SendOperation, timeout: float | None) -> bool:
-        """An untimed wait is a prompt.  A timed wait counts once it outlasts its own timeout
-        (capped at :data:`TIMED_WAIT_SETTLE`) with no new output: a program waiting out a key
-        timeout (vim after Esc) goes on by itself and prints before that."""
+        """An untimed wait is a prompt, and so is a timed one (node, IPython poll their tty) -
+        unless we sent an ESC: then the program may be waiting out its key timeout (vim after
+        Esc, with more typed-ahead keys in its own buffer), and the wait counts only once it
+        outlasts that timeout (capped at :data:`TIMED_WAIT_SETTLE`) with no new output."""
         if timeout is None:
             op.timed_wait = None
             return False
-        if timeout == math.inf:
+        if timeout == math.inf or not op.escape_sent:
             return True
         now = time.monotonic()
         written = self.scrollback.chars_written
