@@ -209,9 +209,6 @@ class SessionManager:
         self._closed = True
         await self._close(list(self._sessions.values()))
 
-    def _session_for(self, owner: object, session_id: str) -> Session:
-        return self._loop.call(self._session, owner, session_id)
-
     # -- blocking API ----------------------------------------------------------------
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coro)
@@ -270,7 +267,7 @@ class SessionManager:
 
     def session(self, owner: object, session_id: str) -> Session:
         """The live :class:`Session` (for viewers on the loop thread); owner-fenced."""
-        return self._session_for(owner, session_id)
+        return self._loop.call(self._session, owner, session_id)
 
     # -- async API --------------------------------------------------------------------
     async def aspawn(self, owner: object, type: str = "shell", *, name: str | None = None,
