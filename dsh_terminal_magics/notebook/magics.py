@@ -603,10 +603,15 @@ def load_extension(ipython: Any) -> None:
 
 
 def unload_extension(ipython: Any) -> None:
+    """Close every session of every owner in this process (SPEC: unloading closes them all) and
+    remove the magics."""
+    from ..mechanism import shutdown_all
+
     magics = _LOADED.pop(id(ipython), None)
     if magics is None:
         return
     magics.close()
+    shutdown_all()
     table = ipython.magics_manager.magics
     for kind, names in MAGIC_NAMES.items():
         for name in names:

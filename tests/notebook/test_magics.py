@@ -19,8 +19,12 @@ def test_load_prints_nothing_and_unload_closes_everything(capsys):
     assert capsys.readouterr() == ("", "")
     shell.run_line_magic("term_open", "")
     shell.run_line_magic("term_send", "sleep 1000 &")
+    from dsh_terminal_magics import Agent, TerminalTools
+    own_tools, bot = TerminalTools(), Agent("user-made")  # sessions of every owner close, not only the magics'
+    own_tools.call("terminal_open", {"type": "python"}, agent=bot)
     assert session_processes()
     shell.run_line_magic("unload_ext", "dsh_terminal_magics")
+    assert own_tools.manager.list(bot) == []
     assert not session_processes()
     for name in MAGIC_NAMES["line"]:
         assert name not in shell.magics_manager.magics["line"]
