@@ -202,3 +202,18 @@ def test_interrupt_stops_the_program_and_returns(ip, magics, capsys):
     assert time.monotonic() - started < 10
     assert r.wait_reason == "stdin_read" and "interrupted" in repr(r)
     assert r.exit_code == 130
+
+
+def test_remaining_options(ip, capsys, tmp_path):
+    ip.user_ns["helper"] = Agent("helper")
+    sid = ip.run_line_magic("term_open", f"--cwd {tmp_path} --name here").session_id
+    assert str(tmp_path) in ip.run_line_magic("term_send", "pwd").viewport
+    ip.run_line_magic("term_send", "for i in 1 2 3 4 5; do echo n$i; done")
+    page = ip.run_line_magic("term_read", "--offset 2 --count 2")
+    assert page.text.splitlines()[1:] == ["n3", "n4"]
+    job = ip.run_line_magic("term_send", f"-s {sid} --bg echo explicit-job").job_id
+    res = ip.run_line_magic("job_output", f"--wait {job}")
+    assert res.status == "completed" and "explicit-job" in capsys.readouterr().out
+    ip.run_line_magic("jobs", "--agent helper")
+    assert capsys.readouterr().out.strip() == "no jobs"
+    assert ip.run_line_magic("job_kill", job).status == "completed"
