@@ -314,12 +314,11 @@ class Session:
             except (ValueError, OSError):
                 pass
             try:
-                os.close(self._proc.fd)
+                self._proc.fileobj.close()  # the file object owns the master fd: close it exactly once
             except OSError:
                 pass
             self._proc.closed = True
             self._proc.fd = -1
-            self._proc.fileobj = None  # type: ignore[assignment]
         for attr in ("_slave_fd", "_pidfd"):
             fd = getattr(self, attr)
             if fd >= 0:
