@@ -60,14 +60,16 @@ def kernel() -> Iterator[Kernel]:
     k.stop()
 
 
-def test_background_job_progresses_while_idle_and_read_does_not_hang(kernel):
+def test_background_job_progresses_while_idle_and_read_does_not_hang(kernel, tmp_path):
     status, out = kernel.run("%load_ext dsh_terminal_magics")
     assert status == "ok" and out == ""
     kernel.run("%term_open")
-    status, out = kernel.run("%term_send --bg for i in $(seq 1 20); do echo tick-$i; sleep 0.1; done")
+    marker = tmp_path / "ticks-done"
+    status, out = kernel.run(f"%term_send --bg for i in $(seq 1 20); do echo tick-$i; sleep 0.1; done; "
+                             f"touch {marker}")
     assert status == "ok" and "started job j-" in out
-    time.sleep(3.0)  # the kernel is idle: no cell runs while the job works
-    status, out = kernel.run("%job_output")
+    wait_for(marker.exists, timeout=60)  # the job got there while the kernel ran no cell at all
+    status, out = kernel.run("%job_output --wait")
     assert "tick-20" in out and "completed" in out, out
     started = time.monotonic()
     status, out = kernel.run("%term_send read x", timeout=30)
