@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 import pytest
 from IPython.testing import globalipapp
 
-from dsh_terminal_magics import Agent
+from dsh_terminal_magics import Agent, TerminalTools
 from dsh_terminal_magics.mechanism import SessionManager
 from dsh_terminal_magics.mechanism.event_loop import EventLoopThread
 from dsh_terminal_magics.mechanism.manager import _PROCESS_TOKEN
@@ -78,6 +78,13 @@ def manager() -> Iterator[SessionManager]:
 @pytest.fixture
 def agent() -> Agent:
     return Agent("tester")
+
+
+@pytest.fixture
+def tools() -> Iterator[TerminalTools]:
+    t = TerminalTools()
+    yield t
+    t.shutdown()
 
 
 def interactive_shell():

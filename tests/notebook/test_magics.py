@@ -78,7 +78,6 @@ def test_options_no_submit_timeout_idle(ip, capsys):
 def test_default_session_and_selection(ip, magics, capsys):
     first = ip.run_line_magic("term_open", "--name one").session_id
     second = ip.run_line_magic("term_open", "--name two").session_id
-    assert "two" in ip.run_line_magic("term_send", "echo $DSH_TERMINAL_SESSION").viewport or True
     ip.run_line_magic("term_send", "-s one export WHO=one")
     ip.run_line_magic("term_send", "export WHO=two")  # default: the newest running = two
     assert "one" in ip.run_line_magic("term_send", f"-s {first} echo $WHO").viewport.splitlines()[1]
@@ -137,7 +136,6 @@ def test_agent_option_uses_the_object(ip):
     ip.user_ns["bot"] = Agent("bot")
     ip.user_ns["not_an_agent"] = "bot"
     sid = ip.run_line_magic("term_open", "--agent bot").session_id
-    assert "bot" not in ip.run_line_magic("term_list", "").text.split("\n", 1)[-1] or True
     assert ip.run_line_magic("term_list", "").text == "[sessions: 0]"
     assert sid in ip.run_line_magic("term_list", "--agent bot").text
     with pytest.raises(UsageError, match="holding an Agent object"):

@@ -6,14 +6,7 @@ import json
 import pytest
 from IPython.core.error import UsageError
 
-from dsh_terminal_magics import TerminalError, TerminalTools
-
-
-@pytest.fixture
-def tools():
-    t = TerminalTools()
-    yield t
-    t.shutdown()
+from dsh_terminal_magics import TerminalError
 
 
 def test_keys_resize_and_record_through_the_tools(tools, agent, tmp_path):
