@@ -237,7 +237,7 @@ base = peak = rss()
 started = time.perf_counter()
 job = tools.call("terminal_send", {{"sessionId": sid, "text": {producer(total)!r}, "run_in_background": True,
                                    "timeout": 3600, "idle": 3600}}, agent=agent).job_id
-while tools.jobs.list(agent)[0].status == "running":
+while tools.jobs.sync.list(agent)[0].status == "running":
     peak = max(peak, rss())
     time.sleep(0.005)
 elapsed = time.perf_counter() - started
@@ -272,14 +272,14 @@ def bench_scale(count: int) -> dict:
     rss0, fds0 = rss_kib(), fd_count()
 
     async def open_all() -> list:
-        return await asyncio.gather(*(manager.aspawn(agent, "shell") for _ in range(count)))
+        return await asyncio.gather(*(manager.aio.open(agent, "shell") for _ in range(count)))
 
     started = time.perf_counter()
     infos = asyncio.run(open_all())
     ours_open = time.perf_counter() - started
     assert all(i.status == "running" and i.last_wait_reason == "stdin_read" for i in infos)
     rss1, fds1 = rss_kib(), fd_count()
-    per_session_scrollback_kib = sum(len(manager.session(agent, i.session_id).scrollback.partial_line)
+    per_session_scrollback_kib = sum(len(manager.loop_thread.call(manager.session, agent, i.session_id).scrollback.partial_line)
                                      for i in infos) / 1024 / count
     started = time.perf_counter()
     tools.close_owner(agent)

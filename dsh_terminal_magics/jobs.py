@@ -9,24 +9,26 @@ registry owns ids (opaque, owner-fenced like session ids), statuses
 Each :meth:`JobRegistry.output` call returns only output no earlier call
 returned; what does not fit the caller's byte budget is kept for the next call.
 A finished job keeps its unread output and final detail but lets go of its
-run; the newest :data:`MAX_FINISHED_JOBS` finished jobs are remembered.
+run; each owner's newest :data:`MAX_FINISHED_JOBS` finished jobs are remembered.
+
+The operations are coroutines on the private loop; ``jobs.sync`` and
+``jobs.aio`` run them from other threads and other event loops.
 """
 from __future__ import annotations
 
 import builtins
 
 import asyncio
-from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Coroutine, Literal, TypeVar, cast
+from dataclasses import dataclass
+from typing import Awaitable, Callable, cast
 
 from .errors import InvalidArgumentError, TerminalError, UnknownJobError
-from .mechanism.event_loop import EventLoopThread
+from .mechanism.event_loop import EventLoopThread, LoopProxy
 from .owners import new_id
+from .vocabulary import JobStatus
 
-JobStatus = Literal["running", "completed", "killed", "failed"]
 #: Bytes of output a read may return, given the status and detail it will show.
 Budget = Callable[[str, "str | None"], int]
-T = TypeVar("T")
 
 
 @dataclass
@@ -80,10 +82,9 @@ class Job:
     detail: str | None = None
     carry: str = ""
     finished: asyncio.Future[None] | None = None
-    listeners: list[Callable[[], None]] = field(default_factory=list)
 
 
-#: Finished jobs remembered (the oldest are forgotten first; running jobs are always kept).
+#: Finished jobs remembered per owner (the oldest are forgotten first; running jobs are always kept).
 MAX_FINISHED_JOBS = 256
 
 
@@ -108,6 +109,8 @@ class JobRegistry:
 
     def __init__(self, loop_thread: EventLoopThread | None = None) -> None:
         self._loop = loop_thread or EventLoopThread.shared()
+        self.sync = LoopProxy(self, self._loop, blocking=True)
+        self.aio = LoopProxy(self, self._loop, blocking=False)
         self._jobs: dict[str, Job] = {}
         self._kinds: set[str] = set()
 
@@ -115,19 +118,16 @@ class JobRegistry:
         """Allow jobs of ``kind`` (for example ``"pty-send"``)."""
         self._kinds.add(kind)
 
-    # -- loop-thread coroutines -------------------------------------------------
-    def job_on_loop(self, owner: object, job_id: object) -> Job:
-        """The job record (owner-fenced); call on the loop thread."""
-        return self._job(owner, job_id)
-
-    def _job(self, owner: object, job_id: object) -> Job:
+    # -- operations (coroutines on the loop) ---------------------------------------
+    def job(self, owner: object, job_id: object) -> Job:
         job = self._jobs.get(job_id) if isinstance(job_id, str) else None
         if job is None or job.owner is not owner:
             raise UnknownJobError(str(job_id))
         return job
 
-    async def _start(self, kind: str, label: str, owner: object, output_limit: int,
-                     run: Callable[[str], JobHandle]) -> str:
+    async def start(self, kind: str, label: str, owner: object, output_limit: int,
+                    run: Callable[[str], JobHandle]) -> str:
+        """Start a job; ``run(job_id)`` is called on the loop thread.  Returns the job id."""
         if owner is None:
             raise TerminalError("terminal tools require an initiating agent")
         if kind not in self._kinds:
@@ -150,17 +150,21 @@ class JobRegistry:
         job.carry += job.handle.read_output()
         job.handle = JobHandle(cancel=_nothing, done=cast("Awaitable[JobOutcome]", job.finished), read_output=str)
         job.finished.set_result(None)
-        self._forget_old_jobs()
-        for listener in list(job.listeners):
-            listener()
+        self._forget_old_jobs(job.owner)
 
-    def _forget_old_jobs(self) -> None:
-        finished = [j for j in self._jobs.values() if j.status != "running"]
+    def _forget_old_jobs(self, owner: object) -> None:
+        """Keep ``owner``'s newest finished jobs: another owner's jobs never evict these."""
+        finished = [j for j in self._jobs.values() if j.status != "running" and j.owner is owner]
         for job in finished[: max(0, len(finished) - MAX_FINISHED_JOBS)]:
             del self._jobs[job.job_id]
 
-    async def _output(self, owner: object, job_id: str, budget: Budget | None) -> JobRead:
-        job = self._job(owner, job_id)
+    async def output(self, owner: object, job_id: str, budget: Budget | None = None) -> JobRead:
+        """New output since the last call, status, detail.
+
+        At most ``budget(status, detail)`` bytes (default: the job's output limit)
+        are returned; the rest waits for the next call.
+        """
+        job = self.job(owner, job_id)
         assert job.handle is not None
         status, detail = job.status, job.detail  # read before the output so a final read is complete
         text = job.carry + job.handle.read_output()
@@ -168,19 +172,22 @@ class JobRegistry:
         head, job.carry = split_utf8(text, limit)
         return JobRead(job.job_id, status, head, detail, more=bool(job.carry))
 
-    async def _kill(self, owner: object, job_id: str) -> JobStatus:
-        job = self._job(owner, job_id)
+    async def kill(self, owner: object, job_id: str) -> JobStatus:
+        """Cancel a running job and wait until it has ended; returns its final status."""
+        job = self.job(owner, job_id)
         assert job.handle is not None and job.finished is not None
         if job.status == "running":
             job.handle.cancel()
             await asyncio.shield(job.finished)
         return job.status
 
-    async def _list(self, owner: object) -> list[JobInfo]:
+    async def list(self, owner: object) -> builtins.list[JobInfo]:
+        """Snapshots of ``owner``'s jobs."""
         return [JobInfo(j.job_id, j.kind, j.label, j.status, j.detail)
                 for j in self._jobs.values() if j.owner is owner]
 
-    async def _close_owner(self, owner: object | None) -> None:
+    async def close_owner(self, owner: object | None) -> None:
+        """Cancel and forget every job of ``owner`` (of everyone when ``None``)."""
         jobs = [j for j in self._jobs.values() if owner is None or j.owner is owner]
         for job in jobs:
             if job.status == "running" and job.handle is not None:
@@ -192,46 +199,3 @@ class JobRegistry:
                 except asyncio.TimeoutError:
                     pass
             self._jobs.pop(job.job_id, None)
-
-    # -- blocking and async API ----------------------------------------------------
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._loop.run(coro)
-
-    def start(self, kind: str, label: str, owner: object, output_limit: int, run: Callable[[str], JobHandle]) -> str:
-        """Start a job; ``run(job_id)`` is called on the loop thread.  Returns the job id."""
-        return self._run(self._start(kind, label, owner, output_limit, run))
-
-    def output(self, owner: object, job_id: str, budget: Budget | None = None) -> JobRead:
-        """New output since the last call, status, detail.
-
-        At most ``budget(status, detail)`` bytes (default: the job's output limit)
-        are returned; the rest waits for the next call.
-        """
-        return self._run(self._output(owner, job_id, budget))
-
-    def kill(self, owner: object, job_id: str) -> JobStatus:
-        """Cancel a running job and wait until it has ended; returns its final status."""
-        return self._run(self._kill(owner, job_id))
-
-    def list(self, owner: object) -> builtins.list[JobInfo]:
-        return self._run(self._list(owner))
-
-    def close_owner(self, owner: object | None) -> None:
-        """Cancel and forget every job of ``owner`` (of everyone when ``None``)."""
-        self._run(self._close_owner(owner))
-
-    async def astart(self, kind: str, label: str, owner: object, output_limit: int,
-                     run: Callable[[str], JobHandle]) -> str:
-        return await self._loop.arun(self._start(kind, label, owner, output_limit, run))
-
-    async def aoutput(self, owner: object, job_id: str, budget: Budget | None = None) -> JobRead:
-        return await self._loop.arun(self._output(owner, job_id, budget))
-
-    async def akill(self, owner: object, job_id: str) -> JobStatus:
-        return await self._loop.arun(self._kill(owner, job_id))
-
-    async def alist(self, owner: object) -> builtins.list[JobInfo]:
-        return await self._loop.arun(self._list(owner))
-
-    async def aclose_owner(self, owner: object | None) -> None:
-        await self._loop.arun(self._close_owner(owner))

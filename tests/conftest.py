@@ -9,7 +9,7 @@ import pytest
 from IPython.testing import globalipapp
 
 from dsh_terminal_magics import Agent, TerminalTools
-from dsh_terminal_magics.mechanism import SessionManager
+from dsh_terminal_magics.mechanism import SendOperation, SendRequest, SessionManager
 from dsh_terminal_magics.mechanism.event_loop import EventLoopThread
 from dsh_terminal_magics.mechanism.manager import _PROCESS_TOKEN
 from dsh_terminal_magics.mechanism.process_tree import process_table, with_token
@@ -47,6 +47,12 @@ def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: f
         time.sleep(interval)
 
 
+def start_send(manager: SessionManager, owner: object, session_id: str, request: SendRequest,
+               holder: str) -> SendOperation:
+    """Take the session's reservation and start a send from the test thread; returns the operation."""
+    return manager.loop_thread.call(manager.begin_send, owner, session_id, request, holder)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _warm_loop() -> Iterator[None]:
     EventLoopThread.shared()
@@ -72,7 +78,7 @@ def no_leaks() -> Iterator[None]:
 def manager() -> Iterator[SessionManager]:
     m = SessionManager()
     yield m
-    m.shutdown()
+    m.sync.shutdown()
 
 
 @pytest.fixture

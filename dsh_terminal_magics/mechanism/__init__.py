@@ -1,7 +1,11 @@
 """Mechanism layer (the seed's ``ctx.terminals`` + ``terminal-bash``): PTY sessions."""
 from .backends import Backend, BackendRegistry, LaunchSpec
-from .manager import SIGNALS, SessionManager, shutdown_all
-from .session import Page, SendOperation, SendRequest, SendResult, SessionInfo, SessionOptions
+from .environment import AGENT_DEFAULT, USER_DEFAULT, EnvironmentPolicy
+from .event_loop import EventLoopThread
+from .manager import Page, SessionManager, shutdown_all
+from .send import SendOperation, SendRequest, SendResult
+from .session import Session, SessionInfo, SessionOptions
 
-__all__ = ["Backend", "BackendRegistry", "LaunchSpec", "Page", "SIGNALS", "SendOperation", "SendRequest",
-           "SendResult", "SessionInfo", "SessionManager", "SessionOptions", "shutdown_all"]
+__all__ = ["AGENT_DEFAULT", "Backend", "BackendRegistry", "EnvironmentPolicy", "EventLoopThread", "LaunchSpec",
+           "Page", "SendOperation", "SendRequest", "SendResult", "Session", "SessionInfo", "SessionManager",
+           "SessionOptions", "USER_DEFAULT", "shutdown_all"]

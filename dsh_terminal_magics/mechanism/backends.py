@@ -35,11 +35,11 @@ BASE_ENV = {
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What to run on the PTY for one session."""
+    """What to run on the PTY for one session: argv, the variables it needs (an empty value
+    unsets), and a one-line description for the session's motd."""
 
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    exit_marker: bool = False
     description: str = ""
 
 
@@ -61,9 +61,9 @@ class ShellBackend:
         bash = shutil.which("bash")
         if bash is None:
             sh = shutil.which("sh") or "/bin/sh"
-            return LaunchSpec([sh, "-i"], {"PS1": "$ ", "PS2": "> "}, False, "sh shell (no exit codes)")
+            return LaunchSpec([sh, "-i"], {"PS1": "$ ", "PS2": "> "}, "sh shell (no exit codes)")
         rc = str(resources.files(__package__).joinpath("shell_rc.bash"))
-        return LaunchSpec([bash, "--noprofile", "--rcfile", rc, "-i"], {}, True,
+        return LaunchSpec([bash, "--noprofile", "--rcfile", rc, "-i"], {},
                           f"bash {_bash_version(bash)} shell; prompt '$ '; exit codes reported")
 
 
@@ -75,7 +75,7 @@ class PythonBackend:
     def launch(self, cwd: str) -> LaunchSpec:
         env = {"PYTHON_BASIC_REPL": "1", "PYTHONSTARTUP": "", "PYTHONINSPECT": ""}
         version = ".".join(map(str, sys.version_info[:3]))
-        return LaunchSpec([sys.executable, "-q", "-i"], env, False,
+        return LaunchSpec([sys.executable, "-q", "-i"], env,
                           f"python {version} REPL; prompt '>>> '")
 
 

@@ -18,6 +18,36 @@ from ..errors import TerminalError
 T = TypeVar("T")
 
 
+class LoopProxy:
+    """``proxy.name(...)`` runs the coroutine method ``obj.name(...)`` on the loop thread.
+
+    ``blocking=True``: from any other thread, waiting for the result (the
+    pattern of IPython's ``_AsyncIOProxy``, turned around); ``blocking=False``:
+    awaitable from any other event loop.  One proxy replaces a hand-written
+    blocking and async twin per operation.
+    """
+
+    def __init__(self, obj: object, loop_thread: "EventLoopThread", blocking: bool) -> None:
+        self._obj = obj
+        self._loop_thread = loop_thread
+        self._blocking = blocking
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._obj, name)
+        if not asyncio.iscoroutinefunction(method):
+            raise AttributeError(f"{type(self._obj).__name__}.{name} is not a coroutine method")
+        loop_thread = self._loop_thread
+        if self._blocking:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return loop_thread.run(method(*args, **kwargs))
+        else:
+            async def call(*args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+                return await loop_thread.arun(method(*args, **kwargs))
+        call.__name__ = name
+        call.__doc__ = method.__doc__
+        return call
+
+
 class EventLoopThread:
     """An asyncio loop on a daemon thread; :meth:`shared` gives the process-wide one."""
 
@@ -44,6 +74,11 @@ class EventLoopThread:
         self.loop.call_soon(started.set)
         self.loop.run_forever()
 
+    def _check_alive(self) -> None:
+        if not self.thread.is_alive():
+            raise TerminalError("the terminal loop thread has stopped (the interpreter is shutting down); "
+                                "nothing more can run on it")
+
     def in_loop_thread(self) -> bool:
         return threading.get_ident() == self.thread.ident
 
@@ -53,25 +88,40 @@ class EventLoopThread:
             coro.close()
             raise TerminalError("blocking terminal calls cannot be made from the terminal loop thread; "
                                 "use the async API there")
+        if not self.thread.is_alive():
+            coro.close()
+            self._check_alive()
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def run(self, coro: Coroutine[Any, Any, T],
-            on_interrupt: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> T:
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for its result in this thread.
 
-        On KeyboardInterrupt, ``on_interrupt`` (a coroutine function) runs on the
-        loop first, then the interrupt propagates.
+        Ctrl-C (KeyboardInterrupt) here cancels the coroutine on the loop - each
+        operation turns its cancellation into the right interrupt (a send
+        interrupts the program) - waits (bounded) for it to wind up, then
+        propagates.
         """
-        future = self.submit(coro)
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        async def runner() -> None:
+            try:
+                box["value"] = await coro
+            except BaseException as exc:  # handed to the calling thread
+                box["error"] = exc
+            finally:
+                done.set()
+
+        future = self.submit(runner())
         try:
-            return future.result()
+            done.wait()
         except KeyboardInterrupt:
-            if on_interrupt is not None:
-                try:
-                    asyncio.run_coroutine_threadsafe(on_interrupt(), self.loop).result(timeout=10)
-                except Exception:
-                    pass
+            future.cancel()
+            done.wait(10)
             raise
+        if "error" in box:
+            raise box["error"]
+        return box["value"]  # type: ignore[no-any-return]
 
     async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` (run on the private loop) from any other event loop."""
@@ -86,6 +136,7 @@ class EventLoopThread:
         """
         if self.in_loop_thread():
             return fn(*args)
+        self._check_alive()
         result: concurrent.futures.Future[T] = concurrent.futures.Future()
 
         def invoke() -> None:

@@ -4,37 +4,45 @@ Owns opaque session ids, the owner fence, the backend registry and the
 lifecycle of every session.  Every call takes the exact owner object; a
 session presented by another owner gets the same error as an unknown id.
 
-Each operation has a blocking form (for magics and plain scripts) and an
-``a``-prefixed coroutine form (for ``await`` in cells); both run the same
-coroutine on the private loop thread.
+The operations are coroutines that run on the private loop thread (the
+tools layer awaits them there).  From other threads use the proxies:
+``manager.sync.open(owner, "shell")`` blocks until done,
+``await manager.aio.open(owner, "shell")`` awaits from another event loop.
 """
 from __future__ import annotations
 
-import builtins
-
 import asyncio
+import builtins
 import atexit
 import os
 import secrets
-import signal as signal_module
 import weakref
-from typing import Any, Coroutine, TypeVar
+from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError, SessionNotRunningError, TerminalError, UnknownSessionError
 from ..owners import new_id
-from .backends import BackendRegistry
-from .event_loop import EventLoopThread
+from ..vocabulary import COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE, SIGNALS, signal_name, \
+    wait_seconds_problem
+from .backends import BASE_ENV, BackendRegistry
+from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
+from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
-from .session import (MAX_SEND_BYTES, Page, SendOperation, SendRequest, SendResult, Session, SessionInfo,
-                      SessionOptions, close_sessions)
+from .process_tree import SESSION_TOKEN_ENV, end_trees
+from ..asciicast import CastRecorder
+from .send import SendOperation, SendRequest, SendResult
+from .session import Session, SessionInfo, SessionOptions
 from .watchdog import Watchdog
 
-T = TypeVar("T")
 
-#: Signals a caller may send, by name.
-SIGNALS = {name: getattr(signal_module, name) for name in ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP")}
-#: Most lines one read returns.
-MAX_READ_LINES = 5000
+@dataclass(frozen=True)
+class Page:
+    """A page of retained output."""
+
+    lines: list[str]
+    line_begin: int
+    line_end: int
+    total_lines: int
+    truncated: bool
 
 _PROCESS_TOKEN = secrets.token_hex(8)
 _MANAGERS: "weakref.WeakSet[SessionManager]" = weakref.WeakSet()
@@ -45,7 +53,8 @@ class SessionManager:
 
     ``workspace_root`` is the default ``cwd`` (default: the process's current
     directory at the time of each open).  ``options`` sets sizes, scrollback
-    bounds and the close grace for new sessions.
+    bounds and the close grace for new sessions.  ``sync`` and ``aio`` run
+    the coroutine operations from other threads / other event loops.
     """
 
     def __init__(self, *, workspace_root: str | None = None, options: SessionOptions | None = None,
@@ -53,17 +62,16 @@ class SessionManager:
         self.workspace_root = workspace_root
         self.options = options or SessionOptions()
         self.registry = registry or BackendRegistry()
-        self._loop = loop_thread or EventLoopThread.shared()
+        self.loop_thread = loop_thread or EventLoopThread.shared()
+        self.sync = LoopProxy(self, self.loop_thread, blocking=True)
+        self.aio = LoopProxy(self, self.loop_thread, blocking=False)
         self._sessions: dict[str, Session] = {}
         self._closed = False
         _MANAGERS.add(self)
 
-    @property
-    def loop_thread(self) -> EventLoopThread:
-        return self._loop
-
     # -- lookups (loop thread) ---------------------------------------------------
-    def _session(self, owner: object, session_id: object) -> Session:
+    def session(self, owner: object, session_id: object) -> Session:
+        """The live session ``session_id`` of ``owner``; another owner's id is an unknown id (loop thread)."""
         if owner is None:
             raise TerminalError("terminal tools require an initiating agent")
         session = self._sessions.get(session_id) if isinstance(session_id, str) else None
@@ -72,19 +80,21 @@ class SessionManager:
         return session
 
     def _running_session(self, owner: object, session_id: str) -> Session:
-        session = self._session(owner, session_id)
-        if session.status not in ("running", "starting"):
+        session = self.session(owner, session_id)
+        if not session.running:
             session.check_can_send()
         return session
 
-    # -- coroutines run on the loop ----------------------------------------------------
-    async def _spawn(self, owner: object, type_name: str, name: str | None, cwd: str | None,
-                     options: SessionOptions | None) -> SessionInfo:
+    # -- operations (coroutines on the loop) -------------------------------------------
+    async def open(self, owner: object, type: str = "shell", *, name: str | None = None, cwd: str | None = None,
+                   options: SessionOptions | None = None,
+                   environment: EnvironmentPolicy = AGENT_DEFAULT) -> SessionInfo:
+        """Open a session of backend ``type``; returns once its program first waits for input."""
         if owner is None:
             raise TerminalError("terminal tools require an initiating agent")
         if self._closed:
             raise TerminalError("this session manager has been shut down: create a new one")
-        backend = self.registry.get(type_name)
+        backend = self.registry.get(type)
         root = self.workspace_root or os.getcwd()
         where = os.path.abspath(os.path.join(root, os.path.expanduser(cwd))) if cwd is not None else root
         if not os.path.isdir(where):
@@ -98,10 +108,12 @@ class SessionManager:
         spec = backend.launch(where)
         session_id = new_id("t")
         Watchdog.ensure(_PROCESS_TOKEN)
-        session = Session(session_id=session_id, owner=owner, name=name, type_name=type_name, spec=spec,
-                          cwd=where, token=f"{_PROCESS_TOKEN}.{session_id}", options=options or self.options,
-                          loop=self._loop.loop)
-        session.spawn()
+        token = f"{_PROCESS_TOKEN}.{secrets.token_hex(8)}"  # unrelated to the session id
+        env = session_environment(environment, os.environ, {**BASE_ENV, **spec.env}, {SESSION_TOKEN_ENV: token})
+        session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
+                          cwd=where, env=env, token=token, options=options or self.options,
+                          loop=self.loop_thread.loop)
+        session.open()
         self._sessions[session_id] = session
         try:
             await session.wait_started()
@@ -110,27 +122,26 @@ class SessionManager:
             raise
         return session.snapshot()
 
-    def preflight_send(self, owner: object, session_id: str, request: SendRequest) -> None:
-        """Raise unless ``request`` could start on the session now (loop thread)."""
-        session = self._session(owner, session_id)
-        _check_request(request)
-        session.check_can_send()
-
     def begin_send(self, owner: object, session_id: str, request: SendRequest, holder: str) -> SendOperation:
         """Take the session's send reservation for ``holder`` and start the send (loop thread)."""
-        self.preflight_send(owner, session_id, request)
-        return self._sessions[session_id].start_send(request, holder)
+        session = self.session(owner, session_id)
+        check_request(request)
+        return session.start_send(request, holder)
 
-    async def _start_send(self, owner: object, session_id: str, request: SendRequest,
-                          holder: str) -> SendOperation:
-        return self.begin_send(owner, session_id, request, holder)
+    def preflight_send(self, owner: object, session_id: str, request: SendRequest) -> None:
+        """Raise unless ``request`` could start on the session now (loop thread)."""
+        session = self.session(owner, session_id)
+        check_request(request)
+        session.check_can_send()
 
-    async def _send(self, owner: object, session_id: str, request: SendRequest) -> SendResult:
-        op = await self._start_send(owner, session_id, request, "a foreground send")
-        return await op.future
+    async def send(self, owner: object, session_id: str, request: SendRequest) -> SendResult:
+        """Write and wait (see :class:`SendRequest`); cancelling this interrupts the program."""
+        op = self.begin_send(owner, session_id, request, "a foreground send")
+        return await wait_interruptible(op)
 
-    async def _read(self, owner: object, session_id: str, offset: int, count: int) -> Page:
-        session = self._session(owner, session_id)
+    async def read(self, owner: object, session_id: str, offset: int = 0, count: int = 500) -> Page:
+        """A page of retained output, ``offset`` lines back from the newest."""
+        session = self.session(owner, session_id)
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidArgumentError(f"offset must be an integer >= 0 (0 = newest), got {offset!r}")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
@@ -139,29 +150,76 @@ class SessionManager:
         lines, begin, end, total = session.scrollback.page(offset, min(count, MAX_READ_LINES))
         return Page(lines, begin, end, total, capped)
 
-    async def _signal(self, owner: object, session_id: str, signal_name: str) -> int:
-        session = self._session(owner, session_id)
-        if signal_name not in SIGNALS:
-            raise InvalidArgumentError(
-                f"invalid signal {signal_name!r}: use one of {', '.join(SIGNALS)}")
-        if session.status not in ("running", "starting"):
+    async def signal(self, owner: object, session_id: str, signal: str) -> int:
+        """Send ``signal`` (``SIGINT`` or ``INT`` …) to the foreground process group; returns the group id."""
+        session = self.session(owner, session_id)
+        name = signal_name(signal)
+        if not session.running:
             session.check_can_send()
         pgid = session.foreground_pgid()
         if pgid <= 0:
             raise SessionNotRunningError(
                 f"terminal session {session_id!r} has no foreground process group yet: try again")
-        if signal_name == "SIGKILL" and pgid == session.pid:
+        if name == "SIGKILL" and pgid == session.pid:
             raise InvalidArgumentError(
                 "SIGKILL would kill the session's shell itself: use terminal_close to end the session, "
                 "or SIGINT/SIGTERM to stop the foreground command")
-        os.killpg(pgid, SIGNALS[signal_name])
+        try:
+            os.killpg(pgid, SIGNALS[name])
+        except OSError as exc:
+            raise SessionNotRunningError(f"could not signal process group {pgid}: {exc.strerror}; "
+                                         "the command may have just ended - read the session and try again")
         return pgid
 
-    async def _kill(self, owner: object, session_id: str) -> bool:
-        session = self._session(owner, session_id)
+    async def close(self, owner: object, session_id: str) -> bool:
+        """End the session's whole process tree.  False when a close was already running."""
+        session = self.session(owner, session_id)
         return session in await self._close([session])
 
-    async def _close(self, sessions: list[Session]) -> list[Session]:
+    async def resize(self, owner: object, session_id: str, rows: int, cols: int) -> tuple[int, int]:
+        """Set the terminal size (the program gets SIGWINCH)."""
+        session = self._running_session(owner, session_id)
+        for name, value, (low, high) in (("rows", rows, ROWS_RANGE), ("cols", cols, COLS_RANGE)):
+            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+                raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+        session.resize(rows, cols)
+        return rows, cols
+
+    async def record(self, owner: object, session_id: str, action: str, path: str | None = None) -> tuple[str, int]:
+        """Start (``action="start"``, ``path``) or stop an asciinema v2 recording; returns (path, events)."""
+        session = self.session(owner, session_id)
+        if action == "start":
+            if not path:
+                raise InvalidArgumentError("starting a recording needs a path, e.g. 'session.cast'")
+            rows, cols = session.size()
+            recorder = CastRecorder(path, rows, cols, title=session.name or session.session_id)
+            try:
+                session.start_recording(recorder)
+            except BaseException:
+                recorder.close()
+                raise
+            return recorder.path, 0
+        if action == "stop":
+            recorder = session.stop_recording()
+            return recorder.path, recorder.events
+        raise InvalidArgumentError(f"action must be 'start' or 'stop', got {action!r}")
+
+    async def list(self, owner: object) -> builtins.list[SessionInfo]:
+        """Snapshots of ``owner``'s sessions."""
+        if owner is None:
+            raise TerminalError("terminal tools require an initiating agent")
+        return [s.snapshot() for s in self._sessions.values() if s.owner is owner]
+
+    async def close_owner(self, owner: object) -> None:
+        """Close every session of ``owner``."""
+        await self._close([s for s in self._sessions.values() if s.owner is owner])
+
+    async def shutdown(self) -> None:
+        """Close every session of every owner; the manager accepts no new sessions."""
+        self._closed = True
+        await self._close(builtins.list(self._sessions.values()))
+
+    async def _close(self, sessions: builtins.list[Session]) -> builtins.list[Session]:
         """Close ``sessions`` together; returns those this call closed (the rest were already closing)."""
         fresh = [s for s in sessions if s.closing is None]
         already = [s.closing for s in sessions if s.closing is not None]
@@ -178,135 +236,38 @@ class SessionManager:
             await asyncio.shield(waiter)  # type: ignore[arg-type]
         return fresh
 
-    async def _resize(self, owner: object, session_id: str, rows: int, cols: int) -> tuple[int, int]:
-        session = self._running_session(owner, session_id)
-        for name, value, low, high in (("rows", rows, 2, 500), ("cols", cols, 10, 1000)):
-            if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-                raise InvalidArgumentError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-        session.resize(rows, cols)
-        return rows, cols
 
-    async def _record(self, owner: object, session_id: str, action: str, path: str | None) -> tuple[str, int]:
-        session = self._session(owner, session_id)
-        if action == "start":
-            if not path:
-                raise InvalidArgumentError("starting a recording needs a path, e.g. 'session.cast'")
-            return session.start_recording(path).path, 0
-        if action == "stop":
-            recorder = session.stop_recording()
-            return recorder.path, recorder.events
-        raise InvalidArgumentError(f"action must be 'start' or 'stop', got {action!r}")
-
-    async def _list(self, owner: object) -> list[SessionInfo]:
-        if owner is None:
-            raise TerminalError("terminal tools require an initiating agent")
-        return [s.snapshot() for s in self._sessions.values() if s.owner is owner]
-
-    async def _close_owner(self, owner: object) -> None:
-        await self._close([s for s in self._sessions.values() if s.owner is owner])
-
-    async def _shutdown(self) -> None:
-        self._closed = True
-        await self._close(list(self._sessions.values()))
-
-    # -- blocking API ----------------------------------------------------------------
-    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self._loop.run(coro)
-
-    def spawn(self, owner: object, type: str = "shell", *, name: str | None = None, cwd: str | None = None,
-              options: SessionOptions | None = None) -> SessionInfo:
-        """Open a session of backend ``type``; returns once its program first waits for input."""
-        return self._run(self._spawn(owner, type, name, cwd, options))
-
-    def send(self, owner: object, session_id: str, request: SendRequest) -> SendResult:
-        """Write and wait (see :class:`SendRequest`).  Ctrl-C here interrupts the program too."""
-        started: list[SendOperation] = []
-
-        def start() -> "asyncio.Future[SendResult]":
-            started.append(self.begin_send(owner, session_id, request, "a foreground send"))
-            return started[0].future
-
-        return self._loop.call_and_wait(start, on_interrupt=lambda: _cancel_first(started))
-
-    def start_send(self, owner: object, session_id: str, request: SendRequest, holder: str) -> SendOperation:
-        """Take the reservation and start a send; returns at once with the operation."""
-        return self._run(self._start_send(owner, session_id, request, holder))
-
-    def read(self, owner: object, session_id: str, offset: int = 0, count: int = 500) -> Page:
-        """A page of retained output, ``offset`` lines back from the newest."""
-        return self._run(self._read(owner, session_id, offset, count))
-
-    def signal(self, owner: object, session_id: str, signal_name: str) -> int:
-        """Send a signal to the terminal's foreground process group; returns the group id."""
-        return self._run(self._signal(owner, session_id, signal_name))
-
-    def kill(self, owner: object, session_id: str) -> bool:
-        """Close: end the session's whole process tree.  False when a close was already running."""
-        return self._run(self._kill(owner, session_id))
-
-    def resize(self, owner: object, session_id: str, rows: int, cols: int) -> tuple[int, int]:
-        """Set the terminal size (the program gets SIGWINCH)."""
-        return self._run(self._resize(owner, session_id, rows, cols))
-
-    def record(self, owner: object, session_id: str, action: str, path: str | None = None) -> tuple[str, int]:
-        """Start (``action="start"``, ``path``) or stop an asciinema v2 recording; returns (path, events)."""
-        return self._run(self._record(owner, session_id, action, path))
-
-    def list(self, owner: object) -> builtins.list[SessionInfo]:
-        """Snapshots of ``owner``'s sessions."""
-        return self._run(self._list(owner))
-
-    def close_owner(self, owner: object) -> None:
-        """Close every session of ``owner``."""
-        self._run(self._close_owner(owner))
-
-    def shutdown(self) -> None:
-        """Close every session of every owner; the manager accepts no new sessions."""
-        if self._loop.thread.is_alive():
-            self._run(self._shutdown())
-
-    def session(self, owner: object, session_id: str) -> Session:
-        """The live :class:`Session` (for viewers on the loop thread); owner-fenced."""
-        return self._loop.call(self._session, owner, session_id)
-
-    # -- async API --------------------------------------------------------------------
-    async def aspawn(self, owner: object, type: str = "shell", *, name: str | None = None,
-                     cwd: str | None = None, options: SessionOptions | None = None) -> SessionInfo:
-        return await self._loop.arun(self._spawn(owner, type, name, cwd, options))
-
-    async def asend(self, owner: object, session_id: str, request: SendRequest) -> SendResult:
-        return await self._loop.arun(self._send(owner, session_id, request))
-
-    async def astart_send(self, owner: object, session_id: str, request: SendRequest,
-                          holder: str) -> SendOperation:
-        return await self._loop.arun(self._start_send(owner, session_id, request, holder))
-
-    async def aread(self, owner: object, session_id: str, offset: int = 0, count: int = 500) -> Page:
-        return await self._loop.arun(self._read(owner, session_id, offset, count))
-
-    async def asignal(self, owner: object, session_id: str, signal_name: str) -> int:
-        return await self._loop.arun(self._signal(owner, session_id, signal_name))
-
-    async def akill(self, owner: object, session_id: str) -> bool:
-        return await self._loop.arun(self._kill(owner, session_id))
-
-    async def aresize(self, owner: object, session_id: str, rows: int, cols: int) -> tuple[int, int]:
-        return await self._loop.arun(self._resize(owner, session_id, rows, cols))
-
-    async def arecord(self, owner: object, session_id: str, action: str, path: str | None = None) -> tuple[str, int]:
-        return await self._loop.arun(self._record(owner, session_id, action, path))
-
-    async def alist(self, owner: object) -> builtins.list[SessionInfo]:
-        return await self._loop.arun(self._list(owner))
-
-    async def aclose_owner(self, owner: object) -> None:
-        await self._loop.arun(self._close_owner(owner))
-
-    async def ashutdown(self) -> None:
-        await self._loop.arun(self._shutdown())
+async def wait_interruptible(op: SendOperation) -> SendResult:
+    """Await a send; if the awaiting task is cancelled, interrupt the program and let the send wind up."""
+    try:
+        return await asyncio.shield(op.future)
+    except asyncio.CancelledError:
+        op.cancel()
+        try:
+            await asyncio.wait_for(asyncio.shield(op.future), timeout=10)
+        except Exception:
+            pass
+        raise
 
 
-def _check_request(request: SendRequest) -> None:
+async def close_sessions(sessions: builtins.list[Session]) -> None:
+    """End the trees of several sessions together (one ``/proc`` scan per round for all)."""
+    trees = [tree for tree in (s.begin_close() for s in sessions) if tree is not None]
+    grace = max((s.options.close_grace for s in sessions), default=0.0)
+    if trees:
+        await end_trees(trees, grace)
+    for session in sessions:
+        op = session.operation
+        if op is not None and op.task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(op.future), timeout=5)
+            except Exception:
+                pass
+        session.finish_close()
+
+
+def check_request(request: SendRequest) -> None:
+    """Refuse a request a terminal cannot carry or a wait outside the bounds."""
     if not isinstance(request.text, str):
         raise InvalidArgumentError(f"text must be a string, got {type(request.text).__name__}")
     if "\x00" in request.text:
@@ -317,25 +278,20 @@ def _check_request(request: SendRequest) -> None:
     if request.keys:
         encode_keys(list(request.keys))  # refuses unknown key names
     for field_name in ("timeout", "idle"):
-        value = getattr(request, field_name)
-        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 24 * 3600:
-            raise InvalidArgumentError(f"{field_name} must be a number of seconds in (0, 86400], got {value!r}")
+        problem = wait_seconds_problem(field_name, getattr(request, field_name))
+        if problem:
+            raise InvalidArgumentError(problem)
 
 
 def shutdown_all() -> None:
     """Close every session of every manager in this process (atexit, kernel shutdown)."""
     for manager in list(_MANAGERS):
         try:
-            manager.shutdown()
+            if manager.loop_thread.thread.is_alive():
+                manager.sync.shutdown()
         except Exception:
             pass
     Watchdog.stop()
 
 
 atexit.register(shutdown_all)
-
-
-def _cancel_first(started: builtins.list[SendOperation]) -> None:
-    """Interrupt the send that was started, if it got that far."""
-    if started:
-        started[0].cancel()

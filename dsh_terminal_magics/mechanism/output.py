@@ -21,16 +21,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import Iterator
 
-#: One complete escape sequence: CSI, OSC (BEL or ST terminated), DCS/SOS/PM/APC, nF/Fp/Fe escapes.
-_ESCAPE = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
-    r"|\x1b[PX^_][^\x1b]*\x1b\\"
-    r"|\x1b[ -/]*[0-~]"
-    r"|\x9b[0-?]*[ -/]*[@-~]"
-)
-#: The start of an escape sequence that has not finished yet (held for the next chunk).
-_UNFINISHED = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)\Z")
+from ..ansi import ESCAPE as _ESCAPE, UNFINISHED as _UNFINISHED, render_line
+
 #: C0/C1 controls other than TAB, LF, CR and BS.
 _CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
 #: The same C0 controls as bytes (safe to delete before decoding: UTF-8 never uses them in sequences).
@@ -127,12 +119,6 @@ class OutputNormalizer:
             events.bells = bells
         return self._decoder.decode(data.translate(None, _CONTROL_BYTES)), events
 
-    def flush(self) -> str:
-        """Return what is left (an unfinished sequence is dropped)."""
-        rest = self._decoder.decode(b"", final=True)
-        self._pending = ""
-        return _CONTROL.sub("", _ESCAPE.sub("", rest))
-
     def _hold_unfinished(self, text: str) -> str:
         # The earliest escape start that runs unfinished to the end (an OSC may hold an ESC).
         match = _UNFINISHED.search(text, max(0, len(text) - MAX_PENDING_ESCAPE))
@@ -155,30 +141,6 @@ def _collect_events(text: str, events: TerminalEvents) -> None:
                 events.application_cursor = flag == "h"
             else:
                 events.alternate_screen = flag == "h"
-
-
-def render_line(raw: str) -> str:
-    """Apply CR and BS to one line as a terminal leaves it.
-
-    A trailing CR (the CR of CRLF) is dropped; a lone CR starts the line
-    again, so only the text after the last one remains; a backspace deletes
-    the character before it.
-    """
-    if "\r" in raw:
-        raw = raw.rstrip("\r")
-        cut = raw.rfind("\r")
-        if cut >= 0:
-            raw = raw[cut + 1 :]
-    if "\b" in raw:
-        out: list[str] = []
-        for ch in raw:
-            if ch == "\b":
-                if out:
-                    out.pop()
-            else:
-                out.append(ch)
-        raw = "".join(out)
-    return raw
 
 
 def _compact_partial(raw: str) -> str:

@@ -102,6 +102,11 @@ def process_table() -> dict[int, ProcessStat]:
     return table
 
 
+def scan_group(pgid: int) -> list[tuple[int, bool]]:
+    """Every process of group ``pgid`` with whether it still runs (zombies included; one ``/proc`` scan)."""
+    return [(pid, not stat.gone) for pid, stat in process_table().items() if stat.pgrp == pgid]
+
+
 def descendants(roots: Iterable[int], table: dict[int, ProcessStat]) -> set[int]:
     """Pids of ``roots`` and everything below them in ``table``."""
     children: dict[int, list[int]] = {}
@@ -222,7 +227,8 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
        then wait up to ``grace`` seconds for them to go.
     2. Freeze: SIGSTOP every member, leader included, rescanning until a scan
        finds nothing new, so a forking loop cannot outrun us.
-    3. SIGKILL all, then poll until no member is alive.
+    3. SIGKILL all, poll until no member is alive, and rescan (by token too)
+       until a scan finds no straggler.
 
     Returns ``{member: killed_by_sigkill}`` for reporting.
     """
@@ -244,10 +250,18 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
             await asyncio.sleep(poll)
             table = discover(trees)
     await _freeze_all(trees)
-    for tree in trees:
-        for member in tree.members:
-            forced[member] = send_signal(member, signal.SIGKILL)
-    await _wait_all_gone(trees, poll)
+    for _ in range(100):
+        for tree in trees:
+            for member in tree.members:
+                forced[member] = send_signal(member, signal.SIGKILL)
+        await _wait_all_gone(trees, poll)
+        # A child whose fork was under way at the freeze appears only now, orphaned: with the leaders
+        # gone, look for stragglers by token too, until a scan finds none.
+        for tree in trees:
+            tree.leader_exited = True
+        table = discover(trees)
+        if not any(_living(t, table) for t in trees):
+            break
     return forced
 
 

@@ -23,16 +23,12 @@ import os
 import platform
 import struct
 import termios
-import time
 from dataclasses import dataclass, field
 
 from .process_tree import HAVE_PROC, process_table, read_proc, read_stat
 
 #: Waits with a timeout shorter than this (seconds) are timers, not prompts.
 SHORT_WAIT = 0.05
-#: How long a scanned process group's membership is reused, and how old the group must be first.
-GROUP_CACHE_TTL = 0.25
-GROUP_SETTLE = 0.02
 
 _SYSCALLS = {
     "x86_64": {0: "read", 19: "readv", 7: "poll", 271: "ppoll", 23: "select", 270: "pselect6",
@@ -62,8 +58,13 @@ class ReadinessProbe:
         self.tty_path = tty_path
         self.leader_pid = leader_pid
         self.available = HAVE_PROC and bool(_SYSCALLS)
+        try:
+            #: The pts's device number, as ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal.
+            self.tty_rdev: int | None = os.stat(tty_path).st_rdev if tty_path else None
+        except OSError:
+            self.tty_rdev = None
         self._timeout = 0.0
-        self._group_cache: tuple[int, list[int], float, float] | None = None
+        self._group_cache: tuple[int, list[int]] | None = None
 
     # -- public ------------------------------------------------------------
     def foreground_pgid(self) -> int:
@@ -79,7 +80,7 @@ class ReadinessProbe:
         pgid = self.foreground_pgid()
         if not self.available or pgid <= 0:
             return fence
-        for pid in self._group(pgid):
+        for pid in self.group_members(pgid):
             for tid in _threads(pid):
                 stat = _schedstat(pid, tid)
                 if stat is not None:
@@ -97,10 +98,13 @@ class ReadinessProbe:
     def waiting_for_input(self, fence: Fence) -> float | None:
         """The timeout of the foreground group's fresh wait on this tty (``math.inf``: none), or None.
 
-        None means the program is not observed waiting for input.  A finite
-        timeout is a timed wait: a prompt that polls (IPython), or a program
-        that will go on by itself when it expires (vim after Esc, with more
-        typed-ahead keys in its buffer); the caller decides how to treat it.
+        None means the program is not observed waiting for input.  Every
+        member of the foreground group counts (``git`` waits in ``wait4``
+        while its child ``vim`` reads), on any fd that is this terminal (the
+        pts itself, or ``/dev/tty`` opened by a process whose controlling
+        terminal is this pts: password prompts).  A finite timeout is a timed
+        wait: a prompt that polls (IPython), or a program that will go on by
+        itself when it expires (vim after Esc); the caller decides.
         """
         if not self.available:
             return None
@@ -108,40 +112,46 @@ class ReadinessProbe:
         if pgid <= 0 or self.unread_input() != 0:
             return None
         self._timeout = 0.0
-        if pgid == self.leader_pid:
-            return self._timeout if self._group_verdict([pgid], fence) is True else None
-        if self._group_verdict([pgid], fence) is False:
-            return None
-        # The group's leader looks ready (or is gone): confirm with every member.
-        members = self._group(pgid)
-        self._timeout = 0.0
+        members = self.group_members(pgid)
         if members and self._group_verdict(members, fence) is True:
             return self._timeout
         return None
 
-    # -- internals ---------------------------------------------------------
-    def _group(self, pgid: int) -> list[int]:
-        """Members of process group ``pgid``.
+    def look(self) -> tuple[object, ...]:
+        """A cheap fingerprint of the foreground: its group and each member thread's current system call.
 
-        A full ``/proc`` scan costs ~10 us per process on the machine, so the
-        result is reused for :data:`GROUP_CACHE_TTL` - but only once the group
-        has existed for :data:`GROUP_SETTLE` (a shell forks a pipeline's
-        members one after another; a scan in between would miss some).
+        It changes when the program moves from one wait to another (``sleep`` ends,
+        ``read`` begins) or a new group takes the foreground; a send's wait runs
+        the full check only when it does (or at a slow pace), so it stays cheap.
+        """
+        pgid = self.foreground_pgid()
+        if not self.available or pgid <= 0:
+            return (pgid,)
+        calls: list[object] = [pgid]
+        for pid in self.group_members(pgid):
+            for tid in _threads(pid):
+                calls.append(read_proc(f"/proc/{pid}/task/{tid}/syscall"))
+        return tuple(calls)
+
+    # -- internals ---------------------------------------------------------
+    def group_members(self, pgid: int) -> list[int]:
+        """Members of process group ``pgid``, found from its leader and last known members downwards.
+
+        A new member is forked by an existing one (``git`` forks ``vim``), so
+        walking ``/proc/PID/task/TID/children`` from the group's leader and
+        the members seen last time finds every member without scanning all
+        of ``/proc``; when that finds nothing (the leader has exited and
+        nothing is known), one full scan does.
         """
         if pgid == self.leader_pid:
             return [pgid]
-        now = time.monotonic()
-        cached = self._group_cache
-        if cached is not None and cached[0] == pgid:
-            _, members, scanned, first_seen = cached
-            if now - scanned < GROUP_CACHE_TTL and scanned - first_seen >= GROUP_SETTLE \
-                    and all(os.path.exists(f"/proc/{pid}") for pid in members):
-                return members
-            first_seen_at = first_seen
-        else:
-            first_seen_at = now
-        members = [pid for pid, stat in process_table().items() if stat.pgrp == pgid and not stat.gone]
-        self._group_cache = (pgid, members, now, first_seen_at)
+        seeds = [pgid]
+        if self._group_cache is not None and self._group_cache[0] == pgid:
+            seeds += self._group_cache[1]
+        members = _walk_group(seeds, pgid)
+        if not members:
+            members = [pid for pid, stat in process_table().items() if stat.pgrp == pgid and not stat.gone]
+        self._group_cache = (pgid, members)
         return members
 
     def _group_verdict(self, pids: list[int], fence: Fence) -> bool | None:
@@ -218,10 +228,23 @@ class ReadinessProbe:
         return True
 
     def _is_tty(self, pid: int, fd: int) -> bool:
+        """Is ``pid``'s ``fd`` this terminal: the pts, or ``/dev/tty`` with this pts as its controlling tty?"""
         try:
-            return os.readlink(f"/proc/{pid}/fd/{fd}") == self.tty_path
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             return False
+        if target == self.tty_path:
+            return True
+        if target != "/dev/tty" or self.tty_rdev is None:
+            return False
+        stat = read_proc(f"/proc/{pid}/stat")
+        if stat is None:
+            return False
+        try:
+            tty_nr = int(stat[stat.rindex(b")") + 2:].split()[4])
+        except (ValueError, IndexError):
+            return False
+        return tty_nr == self.tty_rdev
 
     def _select_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
         nfds, readfds, timeout_ptr = args[0], args[1], args[4]
@@ -288,6 +311,27 @@ class ReadinessProbe:
                 if events & _EPOLLIN and self._is_tty(pid, fd):
                     return self._waiting(seconds)
         return False
+
+
+def _walk_group(seeds: list[int], pgid: int) -> list[int]:
+    """Processes of group ``pgid`` among ``seeds`` and their descendants (through group members only)."""
+    found: list[int] = []
+    seen: set[int] = set()
+    stack = list(seeds)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        stat = read_stat(pid)
+        if stat is None or stat.gone or stat.pgrp != pgid:
+            continue
+        found.append(pid)
+        for tid in _threads(pid):
+            children = read_proc(f"/proc/{pid}/task/{tid}/children")
+            if children:
+                stack.extend(int(child) for child in children.split())
+    return found
 
 
 def _threads(pid: int) -> list[int]:

@@ -46,6 +46,10 @@ class _Screen(pyte.Screen):
         if not private:
             super().select_graphic_rendition(*attrs)
 
+    def write_process_input(self, data: str) -> None:
+        """Replies to terminal queries come from :mod:`.terminal_replies`, never from pyte (which would
+        answer a secondary DA request as a primary one)."""
+
 
 class ScreenModel:
     """A pyte screen following a session's raw output from an offset of its :class:`RawRing`."""
@@ -69,20 +73,23 @@ class ScreenModel:
             self.parser_errors += 1
             self.stream = pyte.Stream(self.screen)
 
-    def catch_up(self, ring: RawRing, budget: int | None = None, seconds: float | None = None) -> bool:
-        """Feed what the ring holds past our offset; True when caught up.
+    def catch_up(self, ring: RawRing, budget: int | None = None, seconds: float | None = None,
+                 until: int | None = None) -> bool:
+        """Feed what the ring holds past our offset (up to absolute offset ``until``); True when caught up.
 
         At most ``budget`` bytes and about ``seconds`` of work (slices of
         :data:`SLICE`); further behind than :data:`RESYNC_BYTES`, restart
         from the newest :data:`RESYNC_TAIL` bytes instead.
         """
         data, lost = ring.since(self.offset)
+        if until is not None and until < ring.total:
+            data = data[: max(0, len(data) - (ring.total - until))]
         if lost or len(data) > RESYNC_BYTES:
             self.resyncs += 1
             self.screen.reset()
             self._decoder.reset()
             cut = len(data) - RESYNC_TAIL
-            self.offset = ring.total - len(data) + cut
+            self.offset += lost + cut
             data = data[cut:]
         if budget is not None and len(data) > budget:
             data = data[:budget]
@@ -93,7 +100,11 @@ class ScreenModel:
             self.offset += len(piece)
             if deadline is not None and time.monotonic() > deadline:
                 break
-        return self.offset >= ring.total
+        return self.offset >= (ring.total if until is None else until)
+
+    def mode_state(self, mode: int, private: bool) -> bool:
+        """Whether DEC private (``private``) or ANSI ``mode`` is set."""
+        return (mode << 5 if private else mode) in self.screen.mode
 
     def resize(self, rows: int, cols: int) -> None:
         self.screen.resize(rows, cols)

@@ -1,49 +1,36 @@
-"""One PTY session: the process, its output, its sends.  Lives on the loop thread.
+"""One PTY session: the process, its output, its input.  Lives on the loop thread.
 
 Everything here runs on the private event loop (see :mod:`.event_loop`);
 nothing in this module is thread-safe on purpose.  Output is read as soon as
 the master is readable, so a busy notebook never leaves a child blocked on a
-full PTY and idle timing is never distorted.
+full PTY and idle timing is never distorted.  The send and its wait are in
+:mod:`.send`, the screen state in :mod:`.screen_tracker`, answers to terminal
+queries in :mod:`.terminal_replies`.
 """
 from __future__ import annotations
 
 import asyncio
-import math
+import logging
 import os
-import re
 import signal as signal_module
 import time
-from dataclasses import dataclass, field, replace
-from typing import Callable, Literal
+from dataclasses import dataclass, replace
+from typing import Callable
 
 from ptyprocess import PtyProcess
 
 from ..errors import InvalidArgumentError, SessionBusyError, SessionNotRunningError, TerminalError
-from .backends import BASE_ENV, LaunchSpec
-from .keys import encode_keys
+from ..vocabulary import SessionStatus
+from .backends import LaunchSpec
 from .output import OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
-from .process_tree import (SESSION_TOKEN_ENV, ProcessId, TreeToEnd, end_trees, make_leader_preexec,
-                           read_stat)
+from .process_tree import ProcessId, TreeToEnd, make_leader_preexec, read_stat, scan_group
 from .readiness import Fence, ReadinessProbe
-from .recording import CastRecorder
-from .screen import ScreenModel, ScreenSnapshot
+from ..asciicast import CastRecorder
+from .screen_tracker import ScreenTracker
+from .send import SendOperation, SendRequest
+from .terminal_replies import TerminalReplies
 
-WaitReason = Literal["stdin_read", "inferred_idle", "timeout", "session_exit"]
-SessionStatus = Literal["starting", "running", "exited", "closing", "closed"]
-
-#: Readiness re-checks right after output arrives, one per loop turn (a program usually
-#: blocks microseconds after printing its prompt; epoll timers cannot wait less than 1 ms).
-SPIN_CHECKS = 4
-#: First and largest gap between readiness checks while nothing is printed (seconds).
-MIN_TICK = 0.001
-MAX_TICK = 0.05
-#: Clear-screen or absolute cursor positioning below the first row: a program drawing a screen.
-_CURSOR_ADDRESSING = re.compile(rb"\x1b\[2J|\x1b\[(?:[2-9]|\d\d+);\d+H")
-#: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
-TIMED_WAIT_SETTLE = 1.5
-#: Largest text one send may write.
-MAX_SEND_BYTES = 1024 * 1024
-ENTER = b"\r"
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,50 +47,6 @@ class SessionOptions:
 
 
 @dataclass(frozen=True)
-class SendRequest:
-    """What to write and how long to wait.
-
-    ``text`` is written as is (plus Enter, a CR, when ``submit``).  The wait
-    ends at the first of: the program reads the tty again (``stdin_read``),
-    ``idle`` seconds without output (``inferred_idle``), ``timeout`` seconds
-    (``timeout``), or the session's process exits (``session_exit``).
-    ``viewport_chars`` bounds the output kept for the result (newest kept).
-    """
-
-    text: str = ""
-    submit: bool = True
-    timeout: float = 30.0
-    idle: float = 3.0
-    viewport_chars: int = 1024 * 1024
-    #: Named keys sent after the text (see :mod:`.keys`).
-    keys: tuple[str, ...] = ()
-
-    def payload(self, application_cursor: bool = False) -> bytes:
-        data = self.text.encode("utf-8", "surrogateescape")
-        if self.keys:
-            data += encode_keys(list(self.keys), application_cursor)
-        return data + ENTER if self.submit else data
-
-
-@dataclass
-class SendResult:
-    """The outcome of one send."""
-
-    wait_reason: WaitReason
-    viewport: str
-    viewport_truncated: bool
-    session_status: SessionStatus
-    exit_code: int | None
-    cancelled: bool = False
-    bell: bool = False
-    elapsed: float = 0.0
-    #: The raw bytes the program wrote during this send (newest ``viewport_chars``), escapes included.
-    raw_output: bytes = b""
-    #: The rendered screen when a full-screen program had the alternate screen at the end.
-    screen: ScreenSnapshot | None = None
-
-
-@dataclass
 class SessionInfo:
     """A snapshot of a session for listings."""
 
@@ -120,77 +63,37 @@ class SessionInfo:
     cols: int = 160
 
 
-@dataclass
-class Page:
-    """A page of retained output."""
+class OutputListeners:
+    """Callbacks run on the loop thread when a session's output or state changes.
 
-    lines: list[str]
-    line_begin: int
-    line_end: int
-    total_lines: int
-    truncated: bool
-
-
-class SendOperation:
-    """A send in progress.  Create with :meth:`Session.start_send`; loop-thread only.
-
-    ``future`` resolves to a :class:`SendResult`; :meth:`cancel` interrupts the
-    foreground program (SIGINT to its process group) and ends the wait once it
-    is back at a prompt; :meth:`read_output` returns finished lines produced
-    since the previous call (never the same text twice).
+    Registered like ipywidgets' ``CallbackDispatcher``: ``register(cb)`` /
+    ``register(cb, remove=True)``.  A callback that raises is logged and
+    skipped; it never breaks ingest.
     """
 
-    def __init__(self, session: "Session", request: SendRequest, holder: str) -> None:
-        self.session = session
-        self.request = request
-        self.holder = holder
-        self.future: asyncio.Future[SendResult] = session.loop.create_future()
-        self.start_line = session.scrollback.completed_lines + 1
-        self._cursor = self.start_line
-        self.cancel_requested = False
-        self.interrupted_at = self.last_interrupt = 0.0
-        self.started = time.monotonic()
-        self.raw_offset = session.raw.total
-        self.timed_wait: tuple[float, int] | None = None
-        self.escape_sent = False
-        self.exit_code: int | None = None
-        self.marker_seen = False
-        self.bell = False
-        self.task: asyncio.Task[None] | None = None
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[], None]] = []
 
-    @property
-    def done(self) -> bool:
-        return self.future.done()
+    def register(self, callback: Callable[[], None], remove: bool = False) -> None:
+        if remove:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+        elif callback not in self._callbacks:
+            self._callbacks.append(callback)
 
-    def cancel(self) -> None:
-        """Interrupt: SIGINT to the foreground group; the wait then ends at the next prompt."""
-        if self.future.done() or self.cancel_requested:
-            return
-        self.cancel_requested = True
-        self.interrupted_at = self.last_interrupt = time.monotonic()
-        self.session.interrupt_foreground()
-        self.session.wake()
-
-    def read_output(self) -> str:
-        """Finished lines since the last call; once done, also the final unfinished line."""
-        sb = self.session.scrollback
-        lines, self._cursor, dropped = sb.completed_since(self._cursor)
-        text = "\n".join(lines) + ("\n" if lines else "")
-        if dropped:
-            text = f"[{dropped} lines dropped: scrollback overflowed]\n" + text
-        if self.future.done() and self._cursor == sb.completed_lines + 1:
-            tail = sb.partial_line
-            if tail:
-                text += tail
-                self._cursor += 1
-        return text
+    def __call__(self) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback()
+            except Exception:
+                log.exception("a terminal output listener failed (ignored)")
 
 
 class Session:
     """A PTY running one backend process, with its output and at most one send at a time."""
 
     def __init__(self, *, session_id: str, owner: object, name: str | None, type_name: str,
-                 spec: LaunchSpec, cwd: str, token: str, options: SessionOptions,
+                 spec: LaunchSpec, cwd: str, env: dict[str, str], token: str, options: SessionOptions,
                  loop: asyncio.AbstractEventLoop) -> None:
         self.session_id = session_id
         self.owner = owner
@@ -198,68 +101,76 @@ class Session:
         self.type = type_name
         self.spec = spec
         self.cwd = cwd
+        self.env = env
         self.token = token
         self.options = options
         self.loop = loop
-        self.status: SessionStatus = "starting"
+        self.status: SessionStatus | str = "starting"
         self.exit_status: int | None = None
         self.motd = ""
         self.scrollback = ScrollbackBuffer(options.scrollback_lines, options.scrollback_chars)
         self.raw = RawRing(options.raw_bytes)
         self.normalizer = OutputNormalizer()
-        self.reservation: str | None = None
+        self.screen = ScreenTracker(options.rows, options.cols, self.raw, self.normalizer,
+                                    scan_group)
+        self.replies = TerminalReplies(self.screen.model, self.screen.catch_up, self.size,
+                                       lambda: self.screen.alternate, lambda: self.screen.application_cursor)
         self.operation: SendOperation | None = None
+        self.reservation: str | None = None
         self.last_exit_code: int | None = None
         self.last_wait_reason: str | None = None
         self.last_output = 0.0
-        self.alternate_screen = False
-        self.application_cursor = False
-        self.listeners: list[Callable[[], None]] = []
-        self._chunk_size = 0
+        self.listeners = OutputListeners()
+        self.recorder: CastRecorder | None = None
+        self.probe: ReadinessProbe | None = None
+        #: Set while (and after) the session is being closed; resolves when it is gone.
+        self.closing: asyncio.Future[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._proc: PtyProcess | None = None
         self._leader: ProcessId | None = None
         self._slave_fd = -1
         self._pidfd = -1
-        #: Set while (and after) the session is being closed; resolves when it is gone.
-        self.closing: asyncio.Future[None] | None = None
-        self.probe: ReadinessProbe | None = None
-        self.screen: ScreenModel | None = None
-        self.cursor_screen = False
-        self.recorder: CastRecorder | None = None
 
-    # -- lifecycle -----------------------------------------------------------
+    # -- state -----------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def spawn(self) -> None:
+    @property
+    def running(self) -> bool:
+        return self.status in ("running", "starting")
+
+    @property
+    def public_status(self) -> SessionStatus:
+        return "running" if self.status == "starting" else self.status  # type: ignore[return-value]
+
+    def size(self) -> tuple[int, int]:
+        return self.options.rows, self.options.cols
+
+    def snapshot(self) -> SessionInfo:
+        return SessionInfo(self.session_id, self.name, self.type, self.pid, self.public_status, self.motd,
+                           self.exit_status, self.last_wait_reason, self.last_exit_code,
+                           self.options.rows, self.options.cols)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def open(self) -> None:
         """Start the backend process on a new PTY (runs on the loop thread)."""
-        env = dict(os.environ)
-        env.pop("PROMPT_COMMAND", None)
-        env.update(BASE_ENV)
-        for key, value in self.spec.env.items():  # an empty value unsets
-            if value:
-                env[key] = value
-            else:
-                env.pop(key, None)
-        env[SESSION_TOKEN_ENV] = self.token
         try:
-            proc = PtyProcess.spawn(self.spec.argv, cwd=self.cwd, env=env,
+            proc = PtyProcess.spawn(self.spec.argv, cwd=self.cwd, env=self.env,
                                     dimensions=(self.options.rows, self.options.cols),
                                     preexec_fn=make_leader_preexec(os.getpid()))
-        except Exception as exc:
-            raise TerminalError(f"could not start {self.type!r} session ({' '.join(self.spec.argv)}): {exc}; "
-                                "check that the program is installed") from exc
+        except OSError as exc:
+            raise TerminalError(f"could not start {self.type!r} session ({' '.join(self.spec.argv)}): "
+                                f"{exc.strerror or exc}; " + _start_advice(exc)) from exc
         proc.delayafterclose = 0
         proc.delayafterterminate = 0
         self._proc = proc
         os.set_blocking(proc.fd, False)
-        tty_path = os.readlink(f"/proc/{proc.pid}/fd/0") if os.path.exists("/proc/self/fd") else ""
         try:
-            self._slave_fd = os.open(tty_path or os.ttyname(proc.fd), os.O_RDWR | os.O_NOCTTY)
+            tty_path = os.readlink(f"/proc/{proc.pid}/fd/0")  # the child's end: /dev/pts/N
+            self._slave_fd = os.open(tty_path, os.O_RDWR | os.O_NOCTTY)
         except OSError:
-            self._slave_fd = -1
+            tty_path, self._slave_fd = "", -1
         stat = read_stat(proc.pid)
         self._leader = ProcessId(proc.pid, stat.start_time if stat else 0)
         self.probe = ReadinessProbe(proc.fd, self._slave_fd, tty_path, proc.pid)
@@ -287,12 +198,13 @@ class Session:
         self._reap_leader()
 
     def _poll_leader_exit(self) -> None:
-        if self.status in ("running", "starting"):
-            if not self._reap_leader():
-                self.loop.call_later(0.05, self._poll_leader_exit)
+        if self.running and not self._reap_leader():
+            self.loop.call_later(0.05, self._poll_leader_exit)
 
     def _reap_leader(self) -> bool:
-        assert self._proc is not None
+        """Collect the leader's exit status if it has exited (never blocks)."""
+        if self._proc is None or self._proc.terminated:
+            return True
         try:
             pid, status = os.waitpid(self._proc.pid, os.WNOHANG)
         except ChildProcessError:
@@ -301,36 +213,14 @@ class Session:
             return False
         self.exit_status = os.waitstatus_to_exitcode(status) if status >= 0 else None
         self._proc.terminated = True
-        self._drain()
-        if self.status in ("running", "starting"):
+        self.drain()
+        if self.running:
             self.status = "exited"
         self.wake()
         return True
 
-    def close_fds(self) -> None:
-        if self._proc is not None and not self._proc.closed:
-            try:
-                self.loop.remove_reader(self._proc.fd)
-            except (ValueError, OSError):
-                pass
-            try:
-                self._proc.fileobj.close()  # the file object owns the master fd: close it exactly once
-            except OSError:
-                pass
-            self._proc.closed = True
-            self._proc.fd = -1
-        for attr in ("_slave_fd", "_pidfd"):
-            fd = getattr(self, attr)
-            if fd >= 0:
-                if attr == "_pidfd":
-                    try:
-                        self.loop.remove_reader(fd)
-                    except (ValueError, OSError):
-                        pass
-                os.close(fd)
-                setattr(self, attr, -1)
-
     def begin_close(self) -> TreeToEnd | None:
+        """Mark the session closing; returns what must end (None when it never started)."""
         self.status = "closing"
         if self.operation is not None:
             self.operation.cancel_requested = True
@@ -341,24 +231,35 @@ class Session:
         return TreeToEnd(self._leader, self.token.encode(), leader_gone)
 
     def finish_close(self) -> None:
-        if self._proc is not None and not self._proc.terminated:
-            try:
-                pid, status = os.waitpid(self._proc.pid, 0)
-                self.exit_status = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:
-                pass
-            self._proc.terminated = True
-        self._drain()
+        """After the tree has ended: reap, flush, close every fd.  Never blocks."""
+        self._reap_leader()
+        self.drain()
         if self.recorder is not None:
             self.recorder.close()
             self.recorder = None
-        self.close_fds()
+        self._close_fds()
         self.status = "closed"
         self.wake()
-        for listener in list(self.listeners):
-            listener()
+        self.listeners()
 
-    # -- output ---------------------------------------------------------------
+    def _close_fds(self) -> None:
+        if self._proc is not None and not self._proc.closed:
+            _remove_reader(self.loop, self._proc.fd)
+            try:
+                self._proc.fileobj.close()  # the file object owns the master fd: close it exactly once
+            except OSError:
+                pass
+            self._proc.closed = True
+            self._proc.fd = -1
+        if self._pidfd >= 0:
+            _remove_reader(self.loop, self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = -1
+        if self._slave_fd >= 0:
+            os.close(self._slave_fd)
+            self._slave_fd = -1
+
+    # -- output -------------------------------------------------------------------------
     def _on_readable(self) -> None:
         assert self._proc is not None
         chunks = []
@@ -368,64 +269,63 @@ class Session:
             except BlockingIOError:
                 break
             except OSError:
-                self.loop.remove_reader(self._proc.fd)
+                _remove_reader(self.loop, self._proc.fd)
                 break
             if not data:
-                self.loop.remove_reader(self._proc.fd)
+                _remove_reader(self.loop, self._proc.fd)
                 break
             chunks.append(data)
         if chunks:
             self._ingest(b"".join(chunks))
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
+        """Read whatever output is waiting now."""
         if self._proc is not None and not self._proc.closed:
             self._on_readable()
 
     def _ingest(self, data: bytes) -> None:
-        self._chunk_size = len(data)
+        offset = self.raw.total
         self.raw.append(data)
         if self.recorder is not None:
             self.recorder.output(data)
-        if not self.alternate_screen:
-            self._follow_cursor_programs(data)
+        drawing = self.screen.split_chunk(data, self.foreground_pgid(), self.pid)
+        replies = self.replies.scan(data, offset)
+        if replies:
+            self.write_now(replies)
+        if drawing:  # a cursor-addressing program's drawing stays out of the line history
+            self.normalizer.suppressed = True
+            self._normalize(data[:drawing])
+            self.normalizer.suppressed = False
+        if drawing < len(data):
+            self._normalize(data[drawing:])
+        self.last_output = time.monotonic()
+        self.wake()
+        self.listeners()
+
+    def _normalize(self, data: bytes) -> None:
         text, events = self.normalizer.feed(data)
         self.scrollback.append(text)
         if events:
             self._handle_events(events)
-        self.last_output = time.monotonic()
-        self.wake()
-        for listener in self.listeners:
-            listener()
 
     def _handle_events(self, events: TerminalEvents) -> None:
-        replies = b""
-        if events.cursor_position_requests:
-            col = min(len(self.scrollback.partial_line) + 1, self.options.cols)
-            replies += f"\x1b[{self.options.rows};{col}R".encode() * events.cursor_position_requests
-        if events.device_attribute_requests:
-            replies += b"\x1b[?1;2c" * events.device_attribute_requests
-        if replies:
-            self._write_now(replies)
+        op = self.operation
         if events.exit_codes:
             self.last_exit_code = events.exit_codes[-1]
-            if self.operation is not None:
-                self.operation.exit_code = events.exit_codes[-1]
-                self.operation.marker_seen = True
-        if events.bells and self.operation is not None:
-            self.operation.bell = True
-        if events.alternate_screen is not None:
-            if events.alternate_screen and not self.alternate_screen:
-                # Follow the full-screen program from the chunk that switched screens.
-                self.screen = ScreenModel(self.options.rows, self.options.cols, self.raw.total - self._chunk_size)
-            self.alternate_screen = events.alternate_screen
-        if events.application_cursor is not None:
-            self.application_cursor = events.application_cursor
+            if op is not None:
+                op.exit_code = events.exit_codes[-1]
+                op.marker_seen = True
+        if events.bells and op is not None:
+            op.bell = True
+        if self.screen.after_chunk(events) and op is not None:
+            op.left_full_screen = True
 
     def wake(self) -> None:
         if self._wakeup is not None and not self._wakeup.done():
             self._wakeup.set_result(None)
 
-    async def _sleep_until_output(self, delay: float) -> None:
+    async def sleep_until_output(self, delay: float) -> None:
+        """Sleep ``delay`` seconds, or less when output (or any state change) wakes the session."""
         self._wakeup = self.loop.create_future()
         handle = self.loop.call_later(max(delay, 0.0), self.wake)
         try:
@@ -434,48 +334,50 @@ class Session:
             handle.cancel()
             self._wakeup = None
 
-    # -- input ------------------------------------------------------------------
-    def _write_now(self, data: bytes) -> int:
+    # -- input --------------------------------------------------------------------------------
+    def write_now(self, data: bytes) -> int:
+        """Write what the PTY takes now; returns the bytes written."""
         if self._proc is None or self._proc.closed:
             return 0
         try:
             return os.write(self._proc.fd, data)
-        except (BlockingIOError, InterruptedError):
-            return 0
         except OSError:
             return 0
 
-    async def _write_all(self, data: bytes) -> None:
+    async def write_all(self, data: bytes, deadline: float) -> bool:
+        """Write all of ``data``, waiting for room; False when the session ended or ``deadline`` passed."""
         view = memoryview(data)
         while view:
-            written = self._write_now(bytes(view[:4096]))
-            view = view[written:]
+            view = view[self.write_now(bytes(view[:4096])):]
             if view:
-                if self.status not in ("running", "starting"):
-                    return
-                await self._writable()
+                if not self.running or time.monotonic() >= deadline:
+                    return False
+                await self._writable(min(0.05, max(deadline - time.monotonic(), 0.0)))
+        return True
 
-    async def _writable(self) -> None:
+    async def _writable(self, timeout: float) -> None:
         assert self._proc is not None
         ready = self.loop.create_future()
         fd = self._proc.fd
+
         def writable() -> None:
             if not ready.done():
                 ready.set_result(None)
 
         self.loop.add_writer(fd, writable)
         try:
-            await asyncio.wait_for(ready, timeout=0.05)
+            await asyncio.wait_for(ready, timeout=timeout)
         except asyncio.TimeoutError:
             pass
         finally:
             self.loop.remove_writer(fd)
 
-    def write_input(self, data: bytes) -> None:
+    def type_input(self, data: bytes) -> None:
         """Type ``data`` into the terminal without waiting, as a person at the keyboard would."""
-        if self.status in ("running", "starting"):
-            self.loop.create_task(self._write_all(data))
+        if self.running:
+            self.loop.create_task(self.write_all(data, time.monotonic() + 30.0))
 
+    # -- sends -----------------------------------------------------------------------------
     def check_can_send(self) -> None:
         """Raise unless a send may start now."""
         if self.status in ("closing", "closed"):
@@ -493,155 +395,39 @@ class Session:
     def start_send(self, request: SendRequest, holder: str) -> SendOperation:
         """Take the send reservation now and start writing and waiting; returns the operation."""
         self.check_can_send()
-        payload = request.payload(self.application_cursor)  # may refuse bad keys: before anything changes
-        op = SendOperation(self, request, holder)
-        op.escape_sent = b"\x1b" in payload
+        payload = request.payload(self.screen.application_cursor)  # may refuse bad keys: before any change
+        op = SendOperation(self, request, payload)
         self.reservation = holder
         self.operation = op
-        # Fence and first write happen now, so the program starts working before any task runs.
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
-        written = self._write_now(payload[:4096]) if payload else 0
-        op.task = self.loop.create_task(self._run_send(op, fence, payload[written:]))
+        op.start(fence)
         return op
 
-    async def _run_send(self, op: SendOperation, fence: Fence, rest: bytes) -> None:
-        try:
-            result = await self._send_and_wait(op, fence, rest)
-        except BaseException as exc:  # the reservation must never leak
-            self._release(op)
-            if not op.future.done():
-                op.future.set_exception(exc if isinstance(exc, Exception) else TerminalError("send cancelled"))
-            if not isinstance(exc, Exception):
-                raise
-            return
-        self._release(op)
-        self.last_wait_reason = result.wait_reason
-        op.future.set_result(result)
-
-    def _release(self, op: SendOperation) -> None:
+    def release(self, op: SendOperation) -> None:
+        """The send ``op`` has finished: give up the reservation."""
         if self.operation is op:
             self.operation = None
             self.reservation = None
-        for listener in list(self.listeners):
-            listener()
+            self.last_wait_reason = op.future.result().wait_reason if op.future.done() and \
+                not op.future.exception() else self.last_wait_reason
+        self.listeners()
 
-    async def _send_and_wait(self, op: SendOperation, fence: Fence, rest: bytes) -> SendResult:
-        request = op.request
-        payload = request.payload()
-        started = op.started
-        await self._write_all(rest)
-        written_at = time.monotonic()
-        written_chars = self.scrollback.chars_written
-        deadline = started + request.timeout
-        tick = MIN_TICK
-        spins = SPIN_CHECKS
-        seen_output = self.scrollback.chars_written
-        while True:
-            if self.status not in ("running", "starting"):
-                reason: WaitReason = "session_exit"
-                break
-            if self._ready(op, fence, written_chars if payload and not request.submit else -1):
-                self._drain()
-                reason = "stdin_read"
-                break
-            now = time.monotonic()
-            if op.cancel_requested:
-                if now - op.interrupted_at > 5.0:
-                    reason = "timeout"
-                    break
-                if self.foreground_pgid() not in (0, self.pid) and now - op.last_interrupt > 0.1:
-                    # Input still queued at the first SIGINT may have started a job since: stop it too.
-                    op.last_interrupt = now
-                    self.interrupt_foreground()
-            idle_at = max(self.last_output, written_at) + request.idle
-            if now >= deadline:
-                reason = "timeout"
-                break
-            if now >= idle_at and not op.cancel_requested:
-                reason = "inferred_idle"
-                break
-            if spins > 0:
-                spins -= 1
-                await self._sleep_until_output(0)
-            else:
-                await self._sleep_until_output(min(tick, deadline - now, max(idle_at - now, 0.0005)))
-                tick = min(tick * 2, MAX_TICK)
-            if self.scrollback.chars_written != seen_output:
-                seen_output = self.scrollback.chars_written
-                tick, spins = MIN_TICK, SPIN_CHECKS
-        snapshot = self.screen_snapshot() if self.full_screen else None
-        if snapshot is not None:
-            viewport, cut = snapshot.text(), False
-        else:
-            viewport, cut = self.scrollback.text_since(op.start_line, request.viewport_chars)
-        status = self.status if self.status != "starting" else "running"
-        exit_code = self.exit_status if reason == "session_exit" else op.exit_code
-        raw, _lost = self.raw.since(op.raw_offset)
-        return SendResult(reason, viewport, cut, status, exit_code, op.cancel_requested, op.bell,
-                          time.monotonic() - started, raw[-request.viewport_chars:], snapshot)
-
-    def _ready(self, op: SendOperation, fence: Fence, partial_from: int) -> bool:
-        """Is the program waiting for input?  ``partial_from``: output count at the write of
-        unsubmitted text (-1 otherwise)."""
-        probe = self.probe
-        if probe is not None and probe.available:
-            timeout = probe.waiting_for_input(fence)
-            if timeout is None and partial_from >= 0 and not fence.accept_stale \
-                    and self.scrollback.chars_written > partial_from:
-                # Canonical-mode readers do not wake for a partial line: once its echo is
-                # back and nothing is left unread, a wait already in progress is the answer.
-                fence.accept_stale = probe.unread_input() == 0
-                timeout = probe.waiting_for_input(fence) if fence.accept_stale else None
-            return self._settled(op, timeout)
-        # No /proc: the shell marker, with the shell back in the foreground.
-        return op.marker_seen and probe is not None and probe.foreground_pgid() == self.pid
-
-    # -- screens, size, recording ------------------------------------------------------
-    def _follow_cursor_programs(self, data: bytes) -> None:
-        """Programs like ``top`` draw on the main screen by cursor addressing: follow them with a
-        screen model (and keep their drawing out of the line history) while they hold the foreground."""
-        if self.cursor_screen:
-            if self.foreground_pgid() in (0, self.pid):
-                self.cursor_screen = self.normalizer.suppressed = False
-            return
-        if b"\x1b[" not in data or not _CURSOR_ADDRESSING.search(data):
-            return
-        if self.foreground_pgid() in (0, self.pid):
-            return
-        self.cursor_screen = self.normalizer.suppressed = True
-        self.screen = ScreenModel(self.options.rows, self.options.cols, self.raw.total - len(data))
-
-    @property
-    def full_screen(self) -> bool:
-        """True while a full-screen program owns the terminal (alternate screen or cursor addressing)."""
-        if self.cursor_screen and self.foreground_pgid() in (0, self.pid):
-            self.cursor_screen = self.normalizer.suppressed = False
-        return self.alternate_screen or self.cursor_screen
-
-    def screen_snapshot(self) -> ScreenSnapshot | None:
-        """The full-screen program's screen, brought up to date (None when no screen is followed)."""
-        if self.screen is None:
-            return None
-        self.screen.catch_up(self.raw)
-        return self.screen.snapshot()
-
+    # -- size, recording -------------------------------------------------------------------
     def resize(self, rows: int, cols: int) -> None:
         """Set the terminal size: the program gets SIGWINCH, the screen model follows."""
         if self._proc is None or self._proc.closed:
             raise SessionNotRunningError(f"terminal session {self.session_id!r} is closed")
+        self.screen.resize(rows, cols)
         self._proc.setwinsize(rows, cols)
         self.options = replace(self.options, rows=rows, cols=cols)
-        if self.screen is not None:
-            self.screen.resize(rows, cols)
         if self.recorder is not None:
             self.recorder.resize(rows, cols)
 
-    def start_recording(self, path: str) -> CastRecorder:
+    def start_recording(self, recorder: CastRecorder) -> None:
         if self.recorder is not None:
             raise InvalidArgumentError(f"terminal session {self.session_id!r} is already recording to "
                                        f"{self.recorder.path}: stop that recording first")
-        self.recorder = CastRecorder(path, self.options.rows, self.options.cols, title=self.name or self.session_id)
-        return self.recorder
+        self.recorder = recorder
 
     def stop_recording(self) -> CastRecorder:
         recorder, self.recorder = self.recorder, None
@@ -651,26 +437,14 @@ class Session:
         recorder.close()
         return recorder
 
-    def _settled(self, op: SendOperation, timeout: float | None) -> bool:
-        """An untimed wait is a prompt, and so is a timed one (node, IPython poll their tty) -
-        unless we sent an ESC: then the program may be waiting out its key timeout (vim after
-        Esc, with more typed-ahead keys in its own buffer), and the wait counts only once it
-        outlasts that timeout (capped at :data:`TIMED_WAIT_SETTLE`) with no new output."""
-        if timeout is None:
-            op.timed_wait = None
-            return False
-        if timeout == math.inf or not op.escape_sent:
-            return True
-        now = time.monotonic()
-        written = self.scrollback.chars_written
-        if op.timed_wait is None or op.timed_wait[1] != written:
-            op.timed_wait = (now + min(timeout, TIMED_WAIT_SETTLE), written)
-            return False
-        return now >= op.timed_wait[0]
-
-    # -- signals ---------------------------------------------------------------
+    # -- the foreground ----------------------------------------------------------------------
     def foreground_pgid(self) -> int:
+        """The terminal's foreground process group (0 when not known)."""
         return self.probe.foreground_pgid() if self.probe else 0
+
+    def foreground_look(self) -> object:
+        """A cheap fingerprint of the foreground (its group, its threads' system calls)."""
+        return self.probe.look() if self.probe else None
 
     def interrupt_foreground(self) -> None:
         pgid = self.foreground_pgid()
@@ -680,26 +454,20 @@ class Session:
             except OSError:
                 pass
 
-    def snapshot(self) -> SessionInfo:
-        return SessionInfo(self.session_id, self.name, self.type, self.pid, self.status, self.motd,
-                           self.exit_status, self.last_wait_reason, self.last_exit_code,
-                           self.options.rows, self.options.cols)
+
+def _remove_reader(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    try:
+        loop.remove_reader(fd)
+    except (ValueError, OSError):
+        pass
 
 
-async def close_sessions(sessions: list[Session]) -> None:
-    """End the trees of several sessions together (one ``/proc`` scan per round for all)."""
-    trees = []
-    for session in sessions:
-        tree = session.begin_close()
-        if tree is not None:
-            trees.append(tree)
-    grace = max((s.options.close_grace for s in sessions), default=0.0)
-    if trees:
-        await end_trees(trees, grace)
-    for session in sessions:
-        if session.operation is not None and session.operation.task is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(session.operation.future), timeout=5)
-            except Exception:
-                pass
-        session.finish_close()
+def _start_advice(exc: OSError) -> str:
+    import errno
+
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return "too many open files: close sessions you no longer need, or raise the open-file limit"
+    if exc.errno in (errno.EAGAIN, errno.ENOMEM):
+        return "the system is out of processes or memory: close sessions you no longer need"
+    return "check that the program is installed and runnable"
+

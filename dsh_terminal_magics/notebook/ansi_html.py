@@ -11,71 +11,31 @@ import html
 import re
 from typing import TYPE_CHECKING
 
-from ..mechanism.output import _ESCAPE, _UNFINISHED
+from ..ansi import BASIC_COLOURS, DEFAULT_BG, DEFAULT_FG, SGR as _SGR, render_line, sanitize_stream, xterm_256
 
 if TYPE_CHECKING:
     import pyte
 
-_SGR = re.compile(r"\x1b\[([0-9;:]*)m")
 _OTHER_CONTROLS = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
-_STASH = "\x00"  # never survives sanitising, so safe as a placeholder
+#: Most parameters of one SGR sequence that are applied, and most digits of one parameter.
+MAX_SGR_PARAMS = 32
+MAX_SGR_DIGITS = 8
+#: Most screen cells one HTML rendering of a full screen covers (larger screens are cut to their top rows).
+MAX_SCREEN_CELLS = 250 * 500
 
-BASIC_COLOURS = ["#000000", "#cd3131", "#0dbc79", "#e5e510", "#2472c8", "#bc3fbc", "#11a8cd", "#e5e5e5",
-                 "#666666", "#f14c4c", "#23d18b", "#f5f543", "#3b8eea", "#d670d6", "#29b8db", "#ffffff"]
 
-
-def sanitize_stream(text: str) -> str:
-    """Keep printable text, TAB, LF, CR, BS and SGR (colour) sequences; drop every other control."""
-    sgrs: list[str] = []
-
-    def stash(match: re.Match[str]) -> str:
-        sgrs.append(match.group())
-        return _STASH
-
-    text = _SGR.sub(stash, text)
-    text = _ESCAPE.sub("", text)
-    tail = _UNFINISHED.search(text)
-    if tail is not None:
-        text = text[: tail.start()]
-    text = _OTHER_CONTROLS.sub(lambda m: m.group() if m.group() == _STASH else "", text)
-    if sgrs:
-        parts = text.split(_STASH)
-        out = [parts[0]]
-        for sgr, part in zip(sgrs, parts[1:]):
-            out.append(sgr + part)
-        text = "".join(out)
-    return text.replace("\r\n", "\n")
+def terminal_pre(body_html: str, extra_class: str = "", fg: str = DEFAULT_FG, bg: str = DEFAULT_BG,
+                 wrap: bool = True) -> str:
+    """The one dark ``<pre>`` every terminal rendering uses (viewport, cards, replays)."""
+    classes = "dsh-terminal" + (f" {extra_class}" if extra_class else "")
+    style = (f"margin:0;padding:4px;background:{bg};color:{fg};font-family:monospace;"
+             + ("white-space:pre-wrap;overflow-x:auto" if wrap else "white-space:pre"))
+    return f'<pre class="{classes}" style="{style}">{body_html}</pre>'
 
 
 def terminal_lines(text: str) -> list[str]:
     """Split sanitised text into lines as a terminal leaves them (CR rewrites, BS deletes), SGR kept."""
-    lines = []
-    for raw in text.split("\n"):
-        raw = raw.rstrip("\r")
-        if "\r" in raw:
-            head, _, last = raw.rpartition("\r")
-            raw = "".join(m.group() for m in _SGR.finditer(head)) + last  # keep the colour state
-        if "\b" in raw:
-            raw = _apply_backspace(raw)
-        lines.append(raw)
-    return lines
-
-
-def _apply_backspace(line: str) -> str:
-    out: list[str] = []
-    for piece in re.split(r"(\x1b\[[0-9;:]*m)", line):
-        if piece.startswith("\x1b"):
-            out.append(piece)
-            continue
-        for ch in piece:
-            if ch == "\b":
-                for i in range(len(out) - 1, -1, -1):
-                    if not out[i].startswith("\x1b"):
-                        out.pop(i)
-                        break
-            else:
-                out.append(ch)
-    return "".join(out)
+    return [render_line(raw) for raw in text.split("\n")]
 
 
 def strip_sgr(text: str) -> str:
@@ -92,7 +52,8 @@ class _Style:
         self.bold = self.italic = self.underline = self.inverse = self.dim = False
 
     def apply(self, params: str) -> None:
-        codes = [int(p) if p.isdigit() else 0 for p in re.split(r"[;:]", params)] if params else [0]
+        parts = re.split(r"[;:]", params, maxsplit=MAX_SGR_PARAMS)[:MAX_SGR_PARAMS] if params else ["0"]
+        codes = [int(p[:MAX_SGR_DIGITS]) if p.isdigit() else 0 for p in parts]
         i = 0
         while i < len(codes):
             c = codes[i]
@@ -143,7 +104,7 @@ def css_style(fg: str | None, bg: str | None, *, inverse: bool = False, bold: bo
               italic: bool = False, underline: bool = False) -> str:
     """Inline CSS for one run of terminal text (colours are ``#rrggbb`` or None for the default)."""
     if inverse:
-        fg, bg = bg or "#1e1e1e", fg or "#e5e5e5"
+        fg, bg = bg or DEFAULT_BG, fg or DEFAULT_FG
     parts = []
     if fg:
         parts.append(f"color:{fg}")
@@ -162,23 +123,11 @@ def css_style(fg: str | None, bg: str | None, *, inverse: bool = False, bold: bo
 
 def _extended_colour(rest: list[int]) -> tuple[str | None, int]:
     if len(rest) >= 2 and rest[0] == 5:
-        return _xterm_256(rest[1]), 2
+        return xterm_256(rest[1]), 2
     if len(rest) >= 4 and rest[0] == 2:
         r, g, b = (max(0, min(255, v)) for v in rest[1:4])
         return f"#{r:02x}{g:02x}{b:02x}", 4
     return None, len(rest)
-
-
-def _xterm_256(n: int) -> str:
-    n = max(0, min(255, n))
-    if n < 16:
-        return BASIC_COLOURS[n]
-    if n < 232:
-        n -= 16
-        steps = [0, 95, 135, 175, 215, 255]
-        return f"#{steps[n // 36]:02x}{steps[(n // 6) % 6]:02x}{steps[n % 6]:02x}"
-    level = 8 + (n - 232) * 10
-    return f"#{level:02x}{level:02x}{level:02x}"
 
 
 def ansi_to_html(text: str) -> str:
@@ -209,9 +158,7 @@ def strip_controls(text: str) -> str:
 def output_html(raw_text: str, max_lines: int) -> str:
     """The newest ``max_lines`` lines of raw terminal text as a safe ``<pre>`` block."""
     lines = terminal_lines(sanitize_stream(raw_text))[-max_lines:]
-    return ('<pre class="dsh-terminal" style="margin:0;padding:4px;background:#1e1e1e;color:#e5e5e5;'
-            'font-family:monospace;white-space:pre-wrap;overflow-x:auto">' + ansi_to_html("\n".join(lines))
-            + "</pre>")
+    return terminal_pre(ansi_to_html("\n".join(lines)))
 
 
 #: pyte's colour names, in the order of :data:`BASIC_COLOURS`.
@@ -230,17 +177,35 @@ def _pyte_colour(name: str) -> str | None:
 
 
 def screen_html(screen: "pyte.Screen") -> str:
-    """A pyte screen as escaped HTML rows, colours and the cursor cell kept."""
+    """A pyte screen as escaped HTML rows, colours and the cursor cell kept.
+
+    Runs of cells with the same style share one ``<span>``; a screen larger
+    than :data:`MAX_SCREEN_CELLS` cells shows its top rows only, so one
+    refresh stays small whatever size a program asks for.
+    """
     rows = []
-    for y in range(screen.lines):
-        line = screen.buffer[y]
-        parts = []
+    visible = max(1, min(screen.lines, MAX_SCREEN_CELLS // max(screen.columns, 1)))
+    for y in range(visible):
+        # Read rows without creating them: pyte's resize shifts whatever rows exist in its buffer.
+        line = screen.buffer[y] if y in screen.buffer else {}
+        parts: list[str] = []
+        run: list[str] = []
+        run_style = ""
         for x in range(screen.columns):
-            char = line[x]
+            char = line[x] if x in line else screen.default_char
             at_cursor = y == screen.cursor.y and x == screen.cursor.x and not screen.cursor.hidden
             style = css_style(_pyte_colour(char.fg), _pyte_colour(char.bg), inverse=char.reverse != at_cursor,
                               bold=char.bold, italic=char.italics, underline=char.underscore)
-            text = html.escape(char.data or " ")
-            parts.append(f'<span style="{style}">{text}</span>' if style else text)
+            if style != run_style and run:
+                parts.append(_span(run_style, "".join(run)))
+                run = []
+            run_style = style
+            run.append(html.escape(char.data or " "))
+        if run:
+            parts.append(_span(run_style, "".join(run)))
         rows.append("".join(parts).rstrip())
     return "\n".join(rows)
+
+
+def _span(style: str, text: str) -> str:
+    return f'<span style="{style}">{text}</span>' if style else text

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..tools.models import ForegroundSendResult
 from ..tools.policies import PolicyDenied, PolicyOutcome, ToolCall
-from .ansi_html import ansi_to_html, sanitize_stream
+from .ansi_html import ansi_to_html, sanitize_stream, terminal_pre
 
 CARD_KINDS = {"terminal_open": "execute", "terminal_signal": "execute", "terminal_read": "read",
               "terminal_list": "read", "terminal_close": "delete", "job_output": "read", "job_kill": "execute"}
@@ -73,7 +73,7 @@ def _terminal_body(call: ToolCall, result: ForegroundSendResult) -> str:
     footer = (f"[wait: {result.wait_reason}] [exit: {exit_code}] [session: {result.session_status}]"
               + (" [truncated]" if result.truncated else ""))
     return (f'<pre style="{_PRE}">$ {command}</pre>'
-            f'<pre style="{_PRE}background:#1e1e1e;color:#e5e5e5;padding:4px">{screen}</pre>'
+            f'{terminal_pre(screen, "dsh-card-screen")}'
             f'<div style="color:#555">{html.escape(footer)}</div>')
 
 

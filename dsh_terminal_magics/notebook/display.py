@@ -6,7 +6,6 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .ansi_html import ansi_to_html, sanitize_stream
 
 
 class TermResult:
@@ -53,7 +52,8 @@ def footer_html(text: str, wait_reason: str) -> str:
             f"{html.escape(text)}</div>")
 
 
-def terminal_html(raw_text: str) -> str:
-    """Raw terminal text (colours kept, everything else neutralised) as an escaped ``<pre>``."""
-    return ('<pre style="margin:0;font-family:monospace;white-space:pre-wrap">'
-            + ansi_to_html(sanitize_stream(raw_text)) + "</pre>")
+def visible_controls(text: str) -> str:
+    """Text with every control character but newline and tab shown as an escape (``\\x1b``), so a
+    session name or job label can never act on the terminal that prints a listing."""
+    return "".join(ch if ch in "\n\t" or (ch.isprintable() and not 0x80 <= ord(ch) <= 0x9f)
+                   else ch.encode("unicode_escape").decode("ascii") for ch in text)

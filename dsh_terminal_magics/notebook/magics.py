@@ -3,7 +3,8 @@
 The magics act as the notebook's own owner (one :class:`Agent` per loaded
 extension); ``--agent NAME`` acts as the ``Agent`` object held in the user
 variable ``NAME`` (authority by object, never by a string).  Everything goes
-through :class:`~dsh_terminal_magics.TerminalTools` and the session manager.
+through :class:`~dsh_terminal_magics.TerminalTools`: the same validation, policies,
+observers and limits as a tool call.
 Errors are one short ``UsageError`` line, which still fails an executed
 notebook.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import re
 import sys
 import time
-from dataclasses import replace
 from typing import Any, Callable
 
 from IPython.core.error import UsageError
@@ -21,18 +21,14 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from traitlets import Bool, Float, Int, TraitError, observe, validate
 
 from ..errors import TerminalError
-from ..mechanism import SendRequest, SessionOptions
 from ..owners import Agent
-from ..tools import TerminalTools
-from ..tools.config import MIN_MAX_RESULT_BYTES, MAX_SAFE_INTEGER
-from ..tools.terminal_tools import foreground_result, result_text
-from .display import TermResult, footer_html, footer_text
-from .live_send import run_live_send
+from ..tools import TerminalTools, result_text, shutdown_all
+from ..vocabulary import max_result_bytes_problem, signal_name, wait_seconds_problem
+from .display import TermResult, footer_html, footer_text, visible_controls
 
 _TOKEN = re.compile(r"\s*(\S+)")
 #: Seconds between polls of ``%job_output --wait``.
 JOB_POLL_INTERVAL = 0.1
-SIGNAL_NAMES = ("SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP")
 
 
 def split_options(line: str, parser: Any) -> tuple[list[str], str]:
@@ -72,12 +68,10 @@ def split_options(line: str, parser: Any) -> tuple[list[str], str]:
 def config_problem(name: str, value: Any) -> str | None:
     """Why ``value`` is not acceptable for config option ``name`` (None when it is)."""
     if name == "max_result_bytes":
-        ok = isinstance(value, int) and not isinstance(value, bool) and (
-            MIN_MAX_RESULT_BYTES <= value <= MAX_SAFE_INTEGER)
-        return None if ok else f"max_result_bytes must be a safe integer >= {MIN_MAX_RESULT_BYTES}, got {value!r}"
+        problem = max_result_bytes_problem(value)
+        return problem.replace("maxResultBytes", "max_result_bytes") if problem else None
     if name in ("timeout", "idle"):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 3600
-        return None if ok else f"{name} must be a number of seconds in (0, 3600], got {value!r}"
+        return wait_seconds_problem(name, value)
     if name in ("scrollback_lines", "stream_limit"):
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 100
         return None if ok else f"{name} must be an integer >= 100, got {value!r}"
@@ -93,6 +87,31 @@ def _drop_invalid_config(shell: Any) -> None:
     for key in list(section):
         if config_problem(key, section[key]):
             del section[key]
+
+
+#: Options every magic shares, declared once (as IPython's ``script_args``).
+agent_option = argument("--agent", default=None, help="Act as the Agent held in this variable.")
+session_option = argument("-s", "--session", default=None,
+                          help="Session id or name (default: the newest running one).")
+
+
+class CellStream:
+    """Writes streamed output into the cell, up to ``limit`` bytes (then one notice)."""
+
+    def __init__(self, write: Callable[[str], None], limit: int) -> None:
+        self._write = write
+        self._limit = limit
+        self.written = 0
+        self._notice_shown = False
+
+    def write(self, text: str) -> None:
+        if self.written + len(text) > self._limit:
+            if not self._notice_shown:
+                self._notice_shown = True
+                self._write(f"\n[more output not shown here (over {self._limit} bytes): read it with %term_read]\n")
+            return
+        self.written += len(text)
+        self._write(text)
 
 
 def _usage_errors(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -125,11 +144,10 @@ class TerminalMagics(Magics):
         _drop_invalid_config(shell)
         super().__init__(shell=shell, **kwargs)
         self.owner = Agent("notebook")
-        self.tools = TerminalTools(config=self._tools_config(),
-                                   session_options=SessionOptions(scrollback_lines=self.scrollback_lines))
+        self.tools = TerminalTools(config=self._tools_config(), user=self.owner)
+        self.tools.set_session_defaults(scrollback_lines=self.scrollback_lines)
         self._opened: dict[Agent, list[str]] = {}
         self._last_job: dict[Agent, str] = {}
-        self._streamed_to: dict[str, int] = {}  # session id -> raw offset shown in a cell so far
         self.viewports: list[Any] = []
 
     def _tools_config(self) -> dict[str, Any]:
@@ -146,14 +164,12 @@ class TerminalMagics(Magics):
     @observe("max_result_bytes", "enable_run_in_background")
     def _apply_tools_config(self, change: Any) -> None:
         if hasattr(self, "tools"):
-            from ..tools.config import load_config
-            self.tools.config = load_config(self._tools_config())
+            self.tools.configure(self._tools_config())
 
     @observe("scrollback_lines")
     def _apply_scrollback(self, change: Any) -> None:
         if hasattr(self, "tools"):
-            manager = self.tools.manager
-            manager.options = replace(manager.options, scrollback_lines=change["new"])
+            self.tools.set_session_defaults(scrollback_lines=change["new"])
 
     # -- helpers --------------------------------------------------------------------------------
     def _owner(self, agent_var: str | None) -> Agent:
@@ -194,7 +210,7 @@ class TerminalMagics(Magics):
     @argument("type", nargs="?", default="shell", help="Backend type: shell (default) or python.")
     @argument("--name", "-n", default=None, help="Owner-local name for -s NAME.")
     @argument("--cwd", default=None, help="Working directory (default: the notebook's directory).")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @agent_option
     @line_magic
     @_usage_errors
     def term_open(self, line: str) -> TermResult:
@@ -219,14 +235,14 @@ class TerminalMagics(Magics):
         return TermResult(res, f"opened {res.type} session{name} {res.session_id} (pid {res.pid})")
 
     @magic_arguments()
-    @argument("-s", "--session", default=None, help="Session id or name (default: the newest running one).")
+    @session_option
     @argument("--no-submit", action="store_true", help="Do not press Enter after the text.")
     @argument("--timeout", type=float, default=None, help="Most seconds to wait (default: %%config timeout).")
     @argument("--idle", type=float, default=None, help="Seconds of silence that end the wait.")
     @argument("--bg", action="store_true", help="Run as a background job; returns the job id at once.")
     @argument("--lines", action="store_true", help="Cell mode: send line by line, waiting for each prompt.")
     @argument("--keys", default=None, help="Named keys sent after the text, comma-separated (Esc,:,w,q,Enter).")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @agent_option
     @no_var_expand
     @line_cell_magic
     @_usage_errors
@@ -268,26 +284,27 @@ class TerminalMagics(Magics):
 
     def _send_foreground(self, owner: Agent, sid: str, pieces: list[str], submit: bool, timeout: float,
                          idle: float, keys: tuple[str, ...] = ()) -> TermResult:
-        manager = self.tools.manager
-        outcome = None
+        """Each piece is one ``terminal_send`` through the tools (policies, observers and limits included),
+        its output streamed into the cell as it arrives."""
+        stream = CellStream(self._write, self.stream_limit)
+        res: Any = None
         for index, piece in enumerate(pieces):
-            request = SendRequest(piece, submit, timeout, idle, viewport_chars=self.tools.max_result_bytes,
-                                  keys=keys if index == len(pieces) - 1 else ())
-            outcome = run_live_send(manager, owner, sid, request, self._write, stream_limit=self.stream_limit,
-                                    show_prompt=index == 0, resume_from=self._streamed_to.get(sid))
-            self._streamed_to[sid] = outcome.raw_offset
-            if outcome.interrupted or outcome.result.wait_reason in ("timeout", "session_exit"):
+            call: dict[str, Any] = {"sessionId": sid, "text": piece, "submit": submit, "timeout": timeout,
+                                    "idle": idle}
+            if keys and index == len(pieces) - 1:
+                call["keys"] = list(keys)
+            res = self.tools.call("terminal_send", call, agent=owner, on_output=stream.write)
+            if not hasattr(res, "wait_reason"):  # a policy supplied the result
+                return TermResult(res, str(self.tools.render(res)))
+            if res._interrupted or res.wait_reason in ("timeout", "session_exit"):
                 break
-        assert outcome is not None
-        r = outcome.result
-        model = foreground_result(r)
-        text = footer_text(r.wait_reason, r.exit_code, model.session_status, outcome.interrupted)
-        if outcome.streamed_bytes or r.viewport:
+        text = footer_text(res.wait_reason, res.exit_code, res.session_status, res._interrupted)
+        if stream.written or res.viewport:
             self._write("\n")
-        if r.screen is not None:  # a full-screen program: show what its screen looks like now
-            self._write(r.screen.text() + "\n")
-            text += f" [screen {r.screen.rows}x{r.screen.cols}]"
-        return TermResult(model, text, footer_html(text, r.wait_reason))
+        if res._screen_text is not None:  # a full-screen program: show what its screen looks like now
+            self._write(res._screen_text + "\n")
+            text += f" [screen {res.screen.rows}x{res.screen.cols}]"
+        return TermResult(res, text, footer_html(text, res.wait_reason))
 
     def _send_background(self, owner: Agent, sid: str, text: str, submit: bool, timeout: float,
                          idle: float, keys: tuple[str, ...] = ()) -> TermResult:
@@ -307,20 +324,16 @@ class TerminalMagics(Magics):
 
         from .viewport import TerminalViewport
 
-        job_status = None
-        if job_id is not None:
-            jobs = self.tools.jobs
-            job_status = lambda: f"job {job_id}: {jobs.job_on_loop(owner, job_id).status}"  # noqa: E731
-        view = TerminalViewport(self.tools.manager, owner, sid, title=title, job_status=job_status)
+        view = TerminalViewport(self.tools, owner, sid, title=title, job_id=job_id)
         self.viewports.append(view)
         display(view)
         return view
 
     @magic_arguments()
-    @argument("-s", "--session", default=None, help="Session id or name.")
+    @session_option
     @argument("--offset", type=int, default=0, help="Lines to skip back from the newest (default 0).")
     @argument("--count", type=int, default=40, help="Lines to show (default 40).")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @agent_option
     @line_magic
     @_usage_errors
     def term_read(self, line: str) -> TermResult:
@@ -339,8 +352,8 @@ class TerminalMagics(Magics):
 
     @magic_arguments()
     @argument("signal", help="SIGINT, SIGTERM, SIGKILL, SIGTSTP or SIGHUP (the SIG prefix is optional).")
-    @argument("-s", "--session", default=None, help="Session id or name.")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @session_option
+    @agent_option
     @line_magic
     @_usage_errors
     def term_signal(self, line: str) -> TermResult:
@@ -353,18 +366,15 @@ class TerminalMagics(Magics):
         """
         args = parse_argstring(self.term_signal, line)
         owner = self._owner(args.agent)
-        name = args.signal.upper()
-        name = name if name.startswith("SIG") else "SIG" + name
-        if name not in SIGNAL_NAMES:
-            raise UsageError(f"invalid signal {args.signal!r}: use one of {', '.join(SIGNAL_NAMES)}")
+        name = signal_name(args.signal)
         sid = self._session(args.session, owner)
         res = self._call("terminal_signal", {"sessionId": sid, "signal": name}, owner)
         return TermResult(res, f"delivered {name} to process group {res.target_pgid}")
 
     @magic_arguments()
-    @argument("-s", "--session", default=None, help="Session id or name (default: the newest running one).")
+    @session_option
     @argument("--all", action="store_true", help="Close every session of this owner.")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @agent_option
     @line_magic
     @_usage_errors
     def term_close(self, line: str) -> TermResult | None:
@@ -394,7 +404,7 @@ class TerminalMagics(Magics):
         return TermResult(results[-1], text)
 
     @magic_arguments()
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @agent_option
     @line_magic
     @_usage_errors
     def term_list(self, line: str) -> TermResult:
@@ -406,12 +416,12 @@ class TerminalMagics(Magics):
         """
         args = parse_argstring(self.term_list, line)
         res = self._call("terminal_list", {}, self._owner(args.agent))
-        return TermResult(res, result_text(res, self.tools.max_result_bytes))
+        return TermResult(res, visible_controls(result_text(res, self.tools.max_result_bytes)))
 
     @magic_arguments()
     @argument("job", nargs="?", default=None, help="Job id (default: the newest --bg job).")
     @argument("--wait", action="store_true", help="Keep printing new output until the job ends.")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @agent_option
     @line_magic
     @_usage_errors
     def job_output(self, line: str) -> TermResult:
@@ -450,7 +460,7 @@ class TerminalMagics(Magics):
 
     @magic_arguments()
     @argument("job", nargs="?", default=None, help="Job id (default: the newest --bg job).")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @agent_option
     @line_magic
     @_usage_errors
     def job_kill(self, line: str) -> TermResult:
@@ -467,7 +477,7 @@ class TerminalMagics(Magics):
         return TermResult(res, f"job {job}: {res.status}")
 
     @magic_arguments()
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @agent_option
     @line_magic
     @_usage_errors
     def jobs(self, line: str) -> None:
@@ -478,13 +488,14 @@ class TerminalMagics(Magics):
             In [1]: %jobs
         """
         args = parse_argstring(self.jobs, line)
-        jobs = self.tools.jobs.list(self._owner(args.agent))
-        print("\n".join(f"{j.job_id} {j.status} {j.kind} {j.label}" for j in jobs) if jobs else "no jobs")
+        jobs = self.tools.list_jobs(agent=self._owner(args.agent))
+        lines = [visible_controls(f"{j.job_id} {j.status} {j.kind} {j.label}") for j in jobs]
+        print("\n".join(lines) if lines else "no jobs")
 
     @magic_arguments()
-    @argument("-s", "--session", default=None, help="Session id or name.")
+    @session_option
     @argument("--text", action="store_true", help="Print a plain-text snapshot instead of the live widget.")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @agent_option
     @line_magic
     @_usage_errors
     def term_view(self, line: str) -> Any:
@@ -500,21 +511,19 @@ class TerminalMagics(Magics):
         sid = self._session(args.session, owner)
         if args.text or not self._in_kernel():
             from .viewport import snapshot_text
-            manager = self.tools.manager
-            session = manager.session(owner, sid)
-            text = manager.loop_thread.call(snapshot_text, session, session.options.rows)
-            print(text)
+            follower = self.tools.follow(sid, agent=owner)
+            print(follower.view(snapshot_text))
             return None
         from .viewport import TerminalViewport
-        view = TerminalViewport(self.tools.manager, owner, sid)
+        view = TerminalViewport(self.tools, owner, sid)
         self.viewports.append(view)
         return view
 
     @magic_arguments()
     @argument("rows", type=int, help="Rows (lines).")
     @argument("cols", type=int, help="Columns.")
-    @argument("-s", "--session", default=None, help="Session id or name.")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @session_option
+    @agent_option
     @line_magic
     @_usage_errors
     def term_resize(self, line: str) -> TermResult:
@@ -533,8 +542,8 @@ class TerminalMagics(Magics):
     @magic_arguments()
     @argument("action", choices=["start", "stop"], help="start or stop recording.")
     @argument("path", nargs="?", default=None, help="The .cast file to write (start).")
-    @argument("-s", "--session", default=None, help="Session id or name.")
-    @argument("--agent", default=None, help="Act as the Agent held in this variable.")
+    @session_option
+    @agent_option
     @line_magic
     @_usage_errors
     def term_record(self, line: str) -> TermResult:
@@ -574,7 +583,7 @@ class TerminalMagics(Magics):
             print(replay_text(args.path))
             return None
         from .replay import ReplayViewport
-        return ReplayViewport(args.path, speed=args.speed, loop_thread=self.tools.manager.loop_thread)
+        return ReplayViewport(args.path, speed=args.speed)
 
     # -- lifecycle --------------------------------------------------------------------------------
     def close(self) -> None:
@@ -588,9 +597,6 @@ class TerminalMagics(Magics):
         self.tools.shutdown()
 
 
-MAGIC_NAMES = {"line": ["term_open", "term_send", "term_read", "term_signal", "term_close", "term_list",
-                        "job_output", "job_kill", "jobs", "term_view", "term_resize", "term_record", "term_replay"],
-               "cell": ["term_send"]}
 _LOADED: dict[int, TerminalMagics] = {}
 
 
@@ -605,15 +611,13 @@ def load_extension(ipython: Any) -> None:
 def unload_extension(ipython: Any) -> None:
     """Close every session of every owner in this process (SPEC: unloading closes them all) and
     remove the magics."""
-    from ..mechanism import shutdown_all
-
     magics = _LOADED.pop(id(ipython), None)
     if magics is None:
         return
     magics.close()
     shutdown_all()
     table = ipython.magics_manager.magics
-    for kind, names in MAGIC_NAMES.items():
+    for kind, names in type(magics).magics.items():
         for name in names:
             table[kind].pop(name, None)
     ipython.magics_manager.registry.pop(type(magics).__name__, None)

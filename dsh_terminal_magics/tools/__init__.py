@@ -1,8 +1,9 @@
-"""Tools layer (the seed's ``tool-terminal``): schemas, owner checks, caps, prompt section."""
+"""Tools layer (the seed's ``tool-terminal``): schemas, owner checks, caps, prompt section, policies."""
 from .config import ToolsConfig
 from .models import TOOL_NAMES
-from .render import MARKER, render_capped, truncate_utf8, truncate_utf8_tail
-from .terminal_tools import PROMPT_SECTION_TEXT, TerminalTools, result_text
+from .render import MARKER, render_capped, result_text, truncate_utf8, truncate_utf8_tail
+from .streaming import SessionFollower, TerminalView
+from .terminal_tools import PROMPT_SECTION_TEXT, TerminalTools, shutdown_all
 
-__all__ = ["MARKER", "PROMPT_SECTION_TEXT", "TOOL_NAMES", "TerminalTools", "ToolsConfig", "render_capped",
-           "result_text", "truncate_utf8", "truncate_utf8_tail"]
+__all__ = ["MARKER", "PROMPT_SECTION_TEXT", "SessionFollower", "TOOL_NAMES", "TerminalTools", "TerminalView",
+           "ToolsConfig", "render_capped", "result_text", "shutdown_all", "truncate_utf8", "truncate_utf8_tail"]

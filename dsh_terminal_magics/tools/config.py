@@ -1,20 +1,36 @@
 """Tool configuration, validated when loaded."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from ..errors import ConfigError
+from ..mechanism import AGENT_DEFAULT, EnvironmentPolicy
+from ..vocabulary import MAX_SAFE_INTEGER, MIN_MAX_RESULT_BYTES, max_result_bytes_problem
 
-MIN_MAX_RESULT_BYTES = 64
-MAX_SAFE_INTEGER = 2**53 - 1
+
+class EnvironmentPolicyConfig(BaseModel):
+    """``shellEnvironmentPolicy``: which kernel environment variables a session's programs see."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    inherit: Literal["all", "core", "none"] = "core"
+    exclude: list[StrictStr] = Field(default_factory=list)
+    include_only: list[StrictStr] = Field(default_factory=list, alias="includeOnly")
+    set: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    ignore_default_excludes: StrictBool = Field(False, alias="ignoreDefaultExcludes")
+
+    def policy(self) -> EnvironmentPolicy:
+        return EnvironmentPolicy(self.inherit, tuple(self.exclude), tuple(self.include_only), dict(self.set),
+                                 self.ignore_default_excludes)
 
 
 class ToolsConfig(BaseModel):
-    """``enableRunInBackground`` (default true), ``maxResultBytes`` (default 262144, safe integer >= 64) and
-    ``enableTerminalExtensions`` (default true: named keys, screens, ``terminal_resize``, ``terminal_record``;
-    false leaves exactly the seed's tools)."""
+    """``enableRunInBackground`` (default true), ``maxResultBytes`` (default 262144, safe integer >= 64),
+    ``enableTerminalExtensions`` (default true: named keys, screens, ``terminal_resize``,
+    ``terminal_record``; false leaves exactly the seed's tools) and ``shellEnvironmentPolicy`` (default:
+    ``inherit: core`` with the default excludes)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -22,6 +38,17 @@ class ToolsConfig(BaseModel):
     max_result_bytes: StrictInt = Field(262144, alias="maxResultBytes", ge=MIN_MAX_RESULT_BYTES,
                                         le=MAX_SAFE_INTEGER)
     enable_terminal_extensions: StrictBool = Field(True, alias="enableTerminalExtensions")
+    shell_environment_policy: Optional[EnvironmentPolicyConfig] = Field(None, alias="shellEnvironmentPolicy")
+
+    @property
+    def environment(self) -> EnvironmentPolicy:
+        """The environment policy for agents' sessions."""
+        if self.shell_environment_policy is None:
+            return AGENT_DEFAULT
+        return self.shell_environment_policy.policy()
+
+
+CONFIG_KEYS = ("enableRunInBackground", "maxResultBytes", "enableTerminalExtensions", "shellEnvironmentPolicy")
 
 
 def load_config(config: dict[str, Any] | ToolsConfig | None) -> ToolsConfig:
@@ -31,8 +58,7 @@ def load_config(config: dict[str, Any] | ToolsConfig | None) -> ToolsConfig:
     if config is None:
         return ToolsConfig()
     if not isinstance(config, dict):
-        raise ConfigError(f"config must be a dict with keys enableRunInBackground and maxResultBytes, "
-                          f"got {type(config).__name__}")
+        raise ConfigError(f"config must be a dict with keys {', '.join(CONFIG_KEYS)}, got {type(config).__name__}")
     try:
         return ToolsConfig.model_validate(config)
     except ValidationError as exc:
@@ -45,13 +71,12 @@ def describe_config_error(exc: ValidationError) -> str:
         key = ".".join(str(p) for p in err["loc"]) or "config"
         value = err.get("input")
         if key == "maxResultBytes":
-            problems.append(f"maxResultBytes must be a safe integer >= {MIN_MAX_RESULT_BYTES} "
-                            f"(and <= {MAX_SAFE_INTEGER}), got {value!r}")
+            problems.append(max_result_bytes_problem(value) or f"maxResultBytes: {err['msg']}")
         elif key in ("enableRunInBackground", "enableTerminalExtensions"):
             problems.append(f"{key} must be true or false, got {value!r}")
         elif err["type"] == "extra_forbidden":
-            problems.append(f"unknown config key {key!r}: the keys are enableRunInBackground, maxResultBytes "
-                            "and enableTerminalExtensions")
+            problems.append(f"unknown config key {key!r}: the keys are {', '.join(CONFIG_KEYS)} (and inside "
+                            "shellEnvironmentPolicy: inherit, exclude, includeOnly, set, ignoreDefaultExcludes)")
         else:
-            problems.append(f"{key}: {err['msg']}")
+            problems.append(f"{key}: {err['msg']} (got {value!r})")
     return "invalid terminal tools config: " + "; ".join(problems)

@@ -5,14 +5,21 @@ seed's names (``sessionId``, ``waitReason``, ``run_in_background`` …).
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, RootModel, StrictBool, StrictInt, StrictStr
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, RootModel, StrictBool, StrictInt,
+                      StrictStr)
 
-SignalName = Literal["SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP"]
-WaitReason = Literal["stdin_read", "inferred_idle", "timeout", "session_exit"]
-SessionStatus = Literal["running", "exited", "closing", "closed"]
-JobStatus = Literal["running", "completed", "killed", "failed"]
+from ..vocabulary import (COLS_RANGE, DEFAULT_READ_LINES, MAX_READ_LINES, MAX_WAIT_SECONDS, ROWS_RANGE, JobStatus,
+                          SessionStatus, SignalName, WaitReason, signal_name)
+
+
+def _canonical_signal(value: Any) -> Any:
+    """``INT`` and ``SIGINT`` alike; anything else is left for the Literal to refuse."""
+    try:
+        return signal_name(value)
+    except Exception:
+        return value
 
 
 class _Args(BaseModel):
@@ -43,8 +50,9 @@ class SendArgsForeground(_Args):
     text: StrictStr = Field(description="Text to write exactly as given.")
     submit: StrictBool = Field(True, description="Press Enter after the text (default true). Set false for "
                                                  "control characters or partial input.")
-    timeout: float = Field(30.0, gt=0, le=3600, description="Extra: most seconds to wait (default 30).")
-    idle: float = Field(3.0, gt=0, le=3600, description="Extra: seconds of silence that count as idle "
+    timeout: float = Field(30.0, gt=0, le=MAX_WAIT_SECONDS, description="Extra: most seconds to wait "
+                                                                         "(default 30).")
+    idle: float = Field(3.0, gt=0, le=MAX_WAIT_SECONDS, description="Extra: seconds of silence that count as idle "
                                                          "(default 3).")
 
 
@@ -78,8 +86,8 @@ class ResizeArgs(_Args):
     """Resize a session's terminal; the program receives SIGWINCH."""
 
     session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
-    rows: StrictInt = Field(ge=2, le=500, description="Rows (lines).")
-    cols: StrictInt = Field(ge=10, le=1000, description="Columns.")
+    rows: StrictInt = Field(ge=ROWS_RANGE[0], le=ROWS_RANGE[1], description="Rows (lines).")
+    cols: StrictInt = Field(ge=COLS_RANGE[0], le=COLS_RANGE[1], description="Columns.")
 
 
 class RecordArgs(_Args):
@@ -95,14 +103,16 @@ class ReadArgs(_Args):
 
     session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
     offset: StrictInt = Field(0, ge=0, description="Lines to skip back from the newest (default 0 = newest).")
-    count: StrictInt = Field(500, ge=1, le=5000, description="Lines to return (default 500, at most 5000).")
+    count: StrictInt = Field(DEFAULT_READ_LINES, ge=1, le=MAX_READ_LINES,
+                             description=f"Lines to return (default {DEFAULT_READ_LINES}, at most {MAX_READ_LINES}).")
 
 
 class SignalArgs(_Args):
     """Send a signal to the session terminal's foreground process group."""
 
     session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
-    signal: SignalName = Field(description="Signal to deliver to the foreground process group.")
+    signal: Annotated[SignalName, BeforeValidator(_canonical_signal)] = Field(
+        description="Signal to deliver to the foreground process group (the SIG prefix is optional).")
 
 
 class CloseArgs(_Args):
@@ -151,6 +161,9 @@ class ForegroundSendResult(_Result):
     screen: Optional[ScreenInfo] = Field(None, exclude_if=lambda v: v is None)
     #: Raw program output with its colours (for cards and viewers; not part of the seed's JSON).
     _raw: bytes = PrivateAttr(b"")
+    #: The full-screen program's screen as text, when there was one; whether the send was interrupted.
+    _screen_text: Optional[str] = PrivateAttr(None)
+    _interrupted: bool = PrivateAttr(False)
 
 
 class BackgroundSendResult(_Result):

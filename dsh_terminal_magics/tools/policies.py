@@ -13,17 +13,23 @@ content blocks (``{"type": "text", "text": ...}``, ``{"type": "image", ...}``);
 strings and models go through the same capped renderer as any tool result,
 block lists keep their shape.  A policy that raises or returns something else
 is a :class:`PolicyError` naming it, and the call is not executed.
+
+Pattern policies (:func:`deny_commands`, :func:`confirm_commands`) are guard
+rails against mistakes, not a security boundary: a model can always find
+another spelling.  They match the whole payload as it will be typed (``text``
+then ``keys``, see :func:`typed_payload`).  An ``after`` hook runs after the
+command already ran: failing there cannot undo it.
 """
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, Union
 
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import TerminalError
+from ..mechanism.keys import encode_keys
 
 Content = Union[str, list, BaseModel]
 
@@ -104,80 +110,128 @@ def check_content(policy: str, hook: str, value: Any) -> Content:
                       "result, or a list of content blocks like {'type': 'text', 'text': ...}")
 
 
+def typed_payload(args: dict[str, Any]) -> str:
+    """What a ``terminal_send`` will type: its text, then its named keys as the characters they send."""
+    text = str(args.get("text", ""))
+    keys = args.get("keys") or []
+    try:
+        return text + encode_keys(list(keys)).decode("utf-8", "replace") if keys else text
+    except TerminalError:
+        return text + "".join(str(k) for k in keys)
+
+
+class PolicyEngine:
+    """Runs a call through every applicable policy: befores, arounds (nested), the call, afters.
+
+    ``validate(name, args)`` re-validates rewritten arguments; ``execute(call,
+    parsed)`` runs the tool.
+    """
+
+    def __init__(self, policies: list[Policy], validate: Callable[[str, dict[str, Any]], BaseModel],
+                 execute: Callable[[ToolCall, BaseModel], Any]) -> None:
+        self._policies = policies
+        self._validate = validate
+        self._execute = execute
+
+    def run(self, call: ToolCall, parsed: BaseModel) -> Any:
+        active = [p for p in self._policies if p.applies(call.name)]
+        for policy in active:
+            if policy.before is None:
+                continue
+            verdict = _hook(policy, "before", policy.before, call)
+            if verdict is None:
+                continue
+            if isinstance(verdict, Deny):
+                raise PolicyDenied(policy.name, verdict.reason)
+            if isinstance(verdict, Rewrite):
+                parsed = self._rewritten(policy, call.name, verdict.args)
+                call = ToolCall(call.name, parsed.model_dump(by_alias=True), call.agent)
+                continue
+            if isinstance(verdict, ShortCircuit):
+                content = check_content(policy.name, "before", verdict.result)
+                return self._after(active, call, PolicyOutcome(policy=policy.name, outcome="short-circuit",
+                                                                content=content))
+            raise PolicyError(f"policy {policy.name!r} before returned {type(verdict).__name__}: return None, "
+                              "Deny(reason), Rewrite(args) or ShortCircuit(result)")
+        final, final_call = parsed, call
+
+        def execute() -> Any:
+            return self._execute(final_call, final)
+
+        for policy in reversed([p for p in active if p.around is not None]):
+            execute = _wrap_around(policy, call, execute)
+        return self._after(active, call, execute())
+
+    def _rewritten(self, policy: Policy, name: str, args: Any) -> BaseModel:
+        if not isinstance(args, dict):
+            raise PolicyError(f"policy {policy.name!r} rewrote the arguments into a {type(args).__name__}: "
+                              "Rewrite needs a dict of arguments")
+        try:
+            return self._validate(name, args)
+        except TerminalError as exc:
+            raise PolicyError(f"policy {policy.name!r} rewrote the arguments into invalid ones: {exc}") from None
+
+    @staticmethod
+    def _after(active: list[Policy], call: ToolCall, result: Any) -> Any:
+        for policy in active:
+            if policy.after is None:
+                continue
+            verdict = _hook(policy, "after", policy.after, call, result)
+            if verdict is None:
+                continue
+            if not isinstance(verdict, Replace):
+                raise PolicyError(f"policy {policy.name!r} after returned {type(verdict).__name__}: return None "
+                                  "or Replace(result)")
+            result = PolicyOutcome(policy=policy.name, outcome="replaced",
+                                   content=check_content(policy.name, "after", verdict.result))
+        return result
+
+
+def _hook(policy: Policy, hook: str, fn: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return fn(*args)
+    except TerminalError:
+        raise
+    except Exception as exc:
+        raise PolicyError(f"policy {policy.name!r} {hook} raised {type(exc).__name__}: {exc}") from exc
+
+
+def _wrap_around(policy: Policy, call: ToolCall, inner: Callable[[], Any]) -> Callable[[], Any]:
+    def wrapped() -> Any:
+        value = _hook(policy, "around", policy.around, call, inner)  # type: ignore[arg-type]
+        if isinstance(value, BaseModel):
+            return value
+        return PolicyOutcome(policy=policy.name, outcome="around",
+                             content=check_content(policy.name, "around", value))
+    return wrapped
+
+
 # -- ready policies -----------------------------------------------------------------------------
 def deny_commands(patterns: Iterable[str], name: str = "deny-list") -> Policy:
-    """Deny ``terminal_send`` whose text matches any of ``patterns`` (regular expressions)."""
+    """Deny a ``terminal_send`` whose typed payload (text, then keys) matches any of ``patterns``."""
     compiled = [re.compile(p) for p in patterns]
 
     def before(call: ToolCall) -> Optional[Deny]:
-        text = call.args.get("text", "")
+        typed = typed_payload(call.args)
         for pattern in compiled:
-            if pattern.search(text):
+            if pattern.search(typed):
                 return Deny(f"the command matches the denied pattern {pattern.pattern!r}; do something else")
         return None
 
     return Policy(name, before=before, tools=frozenset({"terminal_send"}))
 
 
-def confirm_commands(patterns: Iterable[str], ask: Optional[Callable[[ToolCall], bool]] = None,
-                     name: str = "confirm", timeout: float = 300.0) -> Policy:
-    """Ask before a ``terminal_send`` matching ``patterns`` goes through; a "no" (or no answer) denies it.
-
-    ``ask(call) -> bool`` defaults to a Yes/No ipywidgets prompt in the notebook
-    (:func:`widget_confirmation`).
-    """
+def confirm_commands(patterns: Iterable[str], ask: Callable[[ToolCall], bool], name: str = "confirm") -> Policy:
+    """Ask ``ask(call)`` before a ``terminal_send`` whose typed payload matches ``patterns`` goes through;
+    a falsy answer denies it.  (In a notebook, :func:`dsh_terminal_magics.notebook.confirmation.confirm_in_notebook`
+    asks with Yes/No buttons.)"""
     compiled = [re.compile(p) for p in patterns]
-    asker = ask or (lambda call: widget_confirmation(call, timeout))
 
     def before(call: ToolCall) -> Optional[Deny]:
-        text = call.args.get("text", "")
-        if not any(p.search(text) for p in compiled):
+        if not any(p.search(typed_payload(call.args)) for p in compiled):
             return None
-        if asker(call):
+        if ask(call):
             return None
         return Deny("the notebook user declined this command")
 
     return Policy(name, before=before, tools=frozenset({"terminal_send"}))
-
-
-class ConfirmationPrompt:
-    """The Yes/No widget of :func:`confirm_commands`; answers may come from any thread."""
-
-    def __init__(self, call: ToolCall) -> None:
-        import html
-
-        import ipywidgets as widgets
-
-        self.answer: Optional[bool] = None
-        self._event = threading.Event()
-        command = html.escape(str(call.args.get("text", "")))
-        self.label = widgets.HTML(f"<b>{html.escape(str(getattr(call.agent, 'name', 'agent')))}</b> wants to run "
-                                  f"<code>{command}</code> — allow?")
-        self.yes = widgets.Button(description="Yes", button_style="success")
-        self.no = widgets.Button(description="No", button_style="danger")
-        self.yes.on_click(lambda _b: self._answer(True))
-        self.no.on_click(lambda _b: self._answer(False))
-        self.widget = widgets.VBox([self.label, widgets.HBox([self.yes, self.no])])
-
-    def _answer(self, value: bool) -> None:
-        self.answer = value
-        self.yes.disabled = self.no.disabled = True
-        self._event.set()
-
-    def wait(self, timeout: float) -> bool:
-        self._event.wait(timeout)
-        return bool(self.answer)
-
-
-#: The prompt shown most recently (tests and UIs answer it).
-LAST_PROMPT: list[ConfirmationPrompt] = []
-
-
-def widget_confirmation(call: ToolCall, timeout: float) -> bool:
-    """Show a Yes/No prompt and wait for the answer (JupyterLab >= 4.4 delivers clicks on a subshell)."""
-    from IPython.display import display
-
-    prompt = ConfirmationPrompt(call)
-    LAST_PROMPT[:] = [prompt]
-    display(prompt.widget)
-    return prompt.wait(timeout)

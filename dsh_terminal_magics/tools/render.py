@@ -10,7 +10,12 @@ Cuts never split a UTF-8 character.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Callable, Sequence
+
+from pydantic import BaseModel
+
+from .models import (BackgroundSendResult, CloseResult, ForegroundSendResult, JobKillResult, JobOutputResult,
+                     OpenResult, ReadResult, RecordResult, ResizeResult, SessionEntry, SessionList, SignalResult)
 
 MARKER = "[output truncated]"
 
@@ -69,3 +74,78 @@ def render_capped(meta: Sequence[str], body: str, cap: int, *, keep_tail: bool =
         return f"{header}\n{MARKER}" + (f"\n{piece}" if piece else "")
     piece = truncate_utf8(body, room)
     return f"{header}\n" + (f"{piece}\n" if piece else "") + MARKER
+
+
+def lines_meta(begin: int, end: int, total: int) -> str:
+    """The metadata item of a page of lines."""
+    return f"[lines: {begin}-{end} of {total}]"
+
+
+def job_meta(job_id: str, status: str, detail: str | None) -> list[str]:
+    """The metadata items of a job read."""
+    meta = [f"[job: {job_id}]", f"[status: {status}]"]
+    if detail:
+        meta.append(f"[detail: {detail}]")
+    return meta
+
+
+def _foreground(r: ForegroundSendResult, cap: int) -> str:
+    meta = [f"[wait: {r.wait_reason}]", f"[session: {r.session_status}]"]
+    if r.exit_code is not None:
+        meta.append(f"[exit: {r.exit_code}]")
+    if r.screen is not None:
+        meta.append(f"[screen: {r.screen.rows}x{r.screen.cols} cursor {r.screen.cursor_row},{r.screen.cursor_col}]")
+    if r.bell:
+        meta.append("[bell]")
+    return render_capped(meta, r.viewport, cap, keep_tail=True, cut=r.truncated)
+
+
+def _open(r: OpenResult, cap: int) -> str:
+    meta = [f"sessionId: {r.session_id}", f"status: {r.status}", f"type: {r.type}"]
+    meta += [f"pid: {r.pid}"] if r.pid is not None else []
+    meta += [f"name: {r.name}"] if r.name is not None else []
+    return render_capped(meta, r.motd, cap)
+
+
+def _record(r: RecordResult, cap: int) -> str:
+    meta = [f"sessionId: {r.session_id}", f"recording: {r.action}"]
+    if r.action == "stop":
+        meta.append(f"events: {r.events}")
+    return render_capped(meta, r.path, cap)
+
+
+def _session_line(s: SessionEntry) -> str:
+    parts = [s.session_id, f"type={s.type}", f"status={s.status}"]
+    if s.pid is not None:
+        parts.append(f"pid={s.pid}")
+    if s.name is not None:
+        parts.append(f"name={s.name}")
+    return " ".join(parts)
+
+
+_RENDERERS: dict[type, Callable[[Any, int], str]] = {
+    ForegroundSendResult: _foreground,
+    BackgroundSendResult: lambda r, cap: render_capped(
+        [f"jobId: {r.job_id}"], "running in the background: collect its output with job_output, stop it with "
+        "job_kill", cap),
+    OpenResult: _open,
+    ReadResult: lambda r, cap: render_capped([lines_meta(r.line_begin, r.line_end, r.total_lines)], r.text, cap,
+                                             keep_tail=True, cut=r.truncated),
+    SignalResult: lambda r, cap: render_capped([f"delivered: true targetPgid: {r.target_pgid}"], "", cap),
+    CloseResult: lambda r, cap: render_capped([f"sessionId: {r.session_id}", f"outcome: {r.outcome}"], "", cap),
+    SessionList: lambda r, cap: render_capped([f"[sessions: {len(r.root)}]"],
+                                              "\n".join(_session_line(s) for s in r.root), cap),
+    JobOutputResult: lambda r, cap: render_capped(job_meta(r.job_id, r.status, r.detail), r.output, cap,
+                                                  cut=r._more),
+    ResizeResult: lambda r, cap: render_capped([f"sessionId: {r.session_id}", f"size: {r.rows}x{r.cols}"], "", cap),
+    RecordResult: _record,
+    JobKillResult: lambda r, cap: render_capped([f"[job: {r.job_id}]", f"[status: {r.status}]"], "", cap),
+}
+
+
+def result_text(result: BaseModel, cap: int) -> str:
+    """Render any tool result as the capped text a model sees."""
+    renderer = _RENDERERS.get(type(result))
+    if renderer is None:
+        raise TypeError(f"not a tool result: {type(result).__name__}")
+    return renderer(result, cap)

@@ -15,7 +15,7 @@ def test_builtin_backends():
     registry = BackendRegistry()
     assert {"shell", "python"} <= set(registry.names())
     spec = registry.get("shell").launch("/")
-    assert spec.exit_marker and "--rcfile" in spec.argv
+    assert "--rcfile" in spec.argv and "exit codes reported" in spec.description
 
 
 def test_entry_point_backend_is_loaded_and_runs(tmp_path, monkeypatch):
@@ -26,7 +26,7 @@ def test_entry_point_backend_is_loaded_and_runs(tmp_path, monkeypatch):
             name = "cat"
 
             def launch(self, cwd):
-                return LaunchSpec(["cat"], {}, False, "cat: echoes every line")
+                return LaunchSpec(["cat"], {}, "cat: echoes every line")
     """))
     dist = tmp_path / "dsh_cat_backend-0.1.dist-info"
     dist.mkdir()
@@ -37,12 +37,12 @@ def test_entry_point_backend_is_loaded_and_runs(tmp_path, monkeypatch):
     assert "cat" in registry.names()
     manager, agent = SessionManager(registry=registry), Agent("plugin")
     try:
-        info = manager.spawn(agent, "cat")
+        info = manager.sync.open(agent, "cat")
         assert info.motd.startswith("cat: echoes every line")
-        r = manager.send(agent, info.session_id, SendRequest("meow"))
+        r = manager.sync.send(agent, info.session_id, SendRequest("meow"))
         assert r.wait_reason == "stdin_read" and r.viewport.count("meow") == 2
     finally:
-        manager.shutdown()
+        manager.sync.shutdown()
     sys.modules.pop("dsh_cat_backend", None)
 
 

@@ -7,61 +7,61 @@ from dsh_terminal_magics import TerminalError
 from dsh_terminal_magics.errors import (BackendError, InvalidArgumentError, SessionBusyError,
                                         SessionNotRunningError)
 from dsh_terminal_magics.mechanism import SendRequest
-from tests.conftest import wait_for
+from tests.conftest import start_send, wait_for
 
 
 def test_unknown_backend_lists_registered_types(manager, agent):
     with pytest.raises(BackendError, match=r"unknown terminal type 'zsh'.*python, shell"):
-        manager.spawn(agent, "zsh")
-    assert manager.list(agent) == []
+        manager.sync.open(agent, "zsh")
+    assert manager.sync.list(agent) == []
 
 
 @pytest.mark.parametrize("cwd", ["/definitely/not/here", "/etc/hostname"])
 def test_bad_cwd(manager, agent, cwd):
     with pytest.raises(InvalidArgumentError, match="not an existing directory"):
-        manager.spawn(agent, "shell", cwd=cwd)
-    assert manager.list(agent) == []
+        manager.sync.open(agent, "shell", cwd=cwd)
+    assert manager.sync.list(agent) == []
 
 
 def test_cwd_is_used(manager, agent, tmp_path):
-    info = manager.spawn(agent, "shell", cwd=str(tmp_path))
+    info = manager.sync.open(agent, "shell", cwd=str(tmp_path))
     try:
-        r = manager.send(agent, info.session_id, SendRequest("pwd"))
+        r = manager.sync.send(agent, info.session_id, SendRequest("pwd"))
         assert str(tmp_path) in r.viewport
     finally:
-        manager.kill(agent, info.session_id)
+        manager.sync.close(agent, info.session_id)
 
 
 def test_send_errors(manager, agent):
-    sid = manager.spawn(agent, "shell").session_id
+    sid = manager.sync.open(agent, "shell").session_id
     try:
-        op = manager.start_send(agent, sid, SendRequest("sleep 100"), holder="job j-1234")
+        op = start_send(manager, agent, sid, SendRequest("sleep 100"), holder="job j-1234")
         with pytest.raises(SessionBusyError, match="job j-1234 holds its send reservation"):
-            manager.send(agent, sid, SendRequest("echo no"))
+            manager.sync.send(agent, sid, SendRequest("echo no"))
         with pytest.raises(InvalidArgumentError, match="NUL"):
-            manager.send(agent, sid, SendRequest("a\x00b"))
+            manager.sync.send(agent, sid, SendRequest("a\x00b"))
         with pytest.raises(InvalidArgumentError, match="invalid signal 'SIGFOO'"):
-            manager.signal(agent, sid, "SIGFOO")
-        session = manager.session(agent, sid)
+            manager.sync.signal(agent, sid, "SIGFOO")
+        session = manager.loop_thread.call(manager.session, agent, sid)
         wait_for(lambda: _comm(session.foreground_pgid()) == "sleep")  # sleep has exec'd
-        manager.signal(agent, sid, "SIGINT")
+        manager.sync.signal(agent, sid, "SIGINT")
         result = manager.loop_thread.run(_await(op.future))
         assert result.wait_reason == "stdin_read", result
         with pytest.raises(InvalidArgumentError, match="use terminal_close"):
-            manager.signal(agent, sid, "SIGKILL")
+            manager.sync.signal(agent, sid, "SIGKILL")
         with pytest.raises(InvalidArgumentError, match="timeout"):
-            manager.send(agent, sid, SendRequest("echo", timeout=-1))
+            manager.sync.send(agent, sid, SendRequest("echo", timeout=-1))
         with pytest.raises(InvalidArgumentError, match="larger than"):
-            manager.send(agent, sid, SendRequest("x" * (2 * 1024 * 1024)))
-        assert manager.send(agent, sid, SendRequest("echo fine")).exit_code == 0
-        manager.send(agent, sid, SendRequest("exit 0"))
+            manager.sync.send(agent, sid, SendRequest("x" * (2 * 1024 * 1024)))
+        assert manager.sync.send(agent, sid, SendRequest("echo fine")).exit_code == 0
+        manager.sync.send(agent, sid, SendRequest("exit 0"))
         with pytest.raises(SessionNotRunningError, match="has exited"):
-            manager.send(agent, sid, SendRequest("echo"))
-        assert [s.status for s in manager.list(agent)] == ["exited"]
+            manager.sync.send(agent, sid, SendRequest("echo"))
+        assert [s.status for s in manager.sync.list(agent)] == ["exited"]
     finally:
-        manager.kill(agent, sid)
+        manager.sync.close(agent, sid)
     with pytest.raises(TerminalError, match="unknown terminal session"):
-        manager.send(agent, sid, SendRequest("echo"))
+        manager.sync.send(agent, sid, SendRequest("echo"))
 
 
 async def _await(fut):

@@ -31,19 +31,19 @@ def collect_pids(text: str) -> list[ProcessId]:
 
 
 def test_close_ends_every_escaping_descendant(manager, agent):
-    info = manager.spawn(agent, "shell")
+    info = manager.sync.open(agent, "shell")
     sid = info.session_id
     text = ""
     for command in ESCAPERS.values():
-        manager.send(agent, sid, SendRequest(command, timeout=10))
-    r = manager.send(agent, sid, SendRequest("sleep 0.3; echo done", timeout=10))
+        manager.sync.send(agent, sid, SendRequest(command, timeout=10))
+    r = manager.sync.send(agent, sid, SendRequest("sleep 0.3; echo done", timeout=10))
     assert "done" in r.viewport
-    text = "\n".join(manager.read(agent, sid, 0, 200).lines)
+    text = "\n".join(manager.sync.read(agent, sid, 0, 200).lines)
     pids = collect_pids(text)
     assert len(pids) >= len(ESCAPERS), text
     assert all(is_alive(p) for p in pids)
     started = time.monotonic()
-    assert manager.kill(agent, sid) is True
+    assert manager.sync.close(agent, sid) is True
     elapsed = time.monotonic() - started
     survivors = [p for p in pids if is_alive(p)]
     assert survivors == [], f"alive after close: {survivors}"
@@ -52,28 +52,28 @@ def test_close_ends_every_escaping_descendant(manager, agent):
 
 
 def test_idle_shell_closes_fast_and_leader_is_reaped(manager, agent):
-    info = manager.spawn(agent, "shell")
-    assert manager.kill(agent, info.session_id) is True
+    info = manager.sync.open(agent, "shell")
+    assert manager.sync.close(agent, info.session_id) is True
     assert read_stat(info.pid) is None  # reaped, not a zombie
-    assert manager.list(agent) == []
+    assert manager.sync.list(agent) == []
 
 
 def test_second_close_while_first_runs_is_already_closing(manager, agent):
-    info = manager.spawn(agent, "shell")
-    manager.send(agent, info.session_id, SendRequest("(trap '' TERM HUP; exec sleep 1000) &", timeout=10))
+    info = manager.sync.open(agent, "shell")
+    manager.sync.send(agent, info.session_id, SendRequest("(trap '' TERM HUP; exec sleep 1000) &", timeout=10))
     results = []
-    first = threading.Thread(target=lambda: results.append(manager.kill(agent, info.session_id)))
+    first = threading.Thread(target=lambda: results.append(manager.sync.close(agent, info.session_id)))
     first.start()
     session = None
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        listed = manager.list(agent)
+        listed = manager.sync.list(agent)
         if listed and listed[0].status == "closing":
             session = listed[0]
             break
         time.sleep(0.005)
     assert session is not None
-    second = manager.kill(agent, info.session_id)
+    second = manager.sync.close(agent, info.session_id)
     first.join(30)
     assert results == [True] and second is False
 
@@ -95,10 +95,10 @@ def zombie_children() -> int:
 
 def test_many_cycles_leave_fds_threads_and_zombies_unchanged(manager, agent):
     def cycle():
-        info = manager.spawn(agent, "shell")
-        r = manager.send(agent, info.session_id, SendRequest("echo cycle"))
+        info = manager.sync.open(agent, "shell")
+        r = manager.sync.send(agent, info.session_id, SendRequest("echo cycle"))
         assert r.wait_reason == "stdin_read"
-        manager.kill(agent, info.session_id)
+        manager.sync.close(agent, info.session_id)
 
     for _ in range(5):
         cycle()

@@ -6,17 +6,18 @@ import sys
 import pytest
 
 from dsh_terminal_magics.mechanism import SendRequest
+from tests.conftest import start_send
 
 
 def send(manager, agent, sid, text, **kw):
-    return manager.send(agent, sid, SendRequest(text, **kw))
+    return manager.sync.send(agent, sid, SendRequest(text, **kw))
 
 
 @pytest.fixture
 def shell(manager, agent):
-    info = manager.spawn(agent, "shell")
+    info = manager.sync.open(agent, "shell")
     yield info.session_id
-    manager.kill(agent, info.session_id)
+    manager.sync.close(agent, info.session_id)
 
 
 def test_echo_returns_at_the_prompt_with_exit_code_zero(manager, agent, shell):
@@ -33,13 +34,13 @@ def test_false_reports_exit_code_one(manager, agent, shell):
 
 
 def test_python_repl_backend(manager, agent):
-    info = manager.spawn(agent, "python")
+    info = manager.sync.open(agent, "python")
     try:
         r = send(manager, agent, info.session_id, "print(2+2)")
         assert r.wait_reason == "stdin_read"
         assert r.viewport.splitlines()[-2:] == ["4", ">>> "]
     finally:
-        manager.kill(agent, info.session_id)
+        manager.sync.close(agent, info.session_id)
 
 
 def test_bash_read_builtin_waits_then_takes_the_answer(manager, agent, shell):
@@ -57,7 +58,7 @@ def test_cat_echoes_each_line(manager, agent, shell):
     r = send(manager, agent, shell, "hello cat")
     assert r.wait_reason == "stdin_read"
     assert r.viewport.count("hello cat") == 2  # the tty's echo and cat's copy
-    manager.signal(agent, shell, "SIGINT")
+    manager.sync.signal(agent, shell, "SIGINT")
 
 
 def test_pipeline_reader_waits_for_whole_pipeline(manager, agent, shell):
@@ -66,7 +67,7 @@ def test_pipeline_reader_waits_for_whole_pipeline(manager, agent, shell):
         r = send(manager, agent, shell, f"line {i}")
         assert r.wait_reason == "stdin_read"
         assert f"LINE {i}" in r.viewport, r.viewport
-    manager.signal(agent, shell, "SIGINT")
+    manager.sync.signal(agent, shell, "SIGINT")
 
 
 def test_python_input_prompt(manager, agent, shell):
@@ -89,7 +90,7 @@ def test_cpu_loop_times_out(manager, agent, shell):
     r = send(manager, agent, shell, "while :; do :; done", timeout=1.0)
     assert r.wait_reason == "timeout"
     assert r.session_status == "running"
-    manager.signal(agent, shell, "SIGINT")
+    manager.sync.signal(agent, shell, "SIGINT")
     r = send(manager, agent, shell, "echo back")
     assert r.wait_reason == "stdin_read" and "back" in r.viewport
 
@@ -97,13 +98,13 @@ def test_cpu_loop_times_out(manager, agent, shell):
 def test_reader_blocked_on_a_pipe_is_not_waiting_on_the_terminal(manager, agent, shell):
     r = send(manager, agent, shell, "sleep 100 | cat", timeout=1.5)
     assert r.wait_reason == "timeout"
-    manager.signal(agent, shell, "SIGINT")
+    manager.sync.signal(agent, shell, "SIGINT")
 
 
 def test_quiet_command_is_inferred_idle(manager, agent, shell):
     r = send(manager, agent, shell, "sleep 30", idle=0.3, timeout=10)
     assert r.wait_reason == "inferred_idle"
-    manager.signal(agent, shell, "SIGINT")
+    manager.sync.signal(agent, shell, "SIGINT")
 
 
 def test_exit_reports_session_exit_with_status(manager, agent, shell):
@@ -113,7 +114,7 @@ def test_exit_reports_session_exit_with_status(manager, agent, shell):
 
 def test_progress_bar_keeps_its_last_state(manager, agent, shell):
     send(manager, agent, shell, r"for i in 1 2 3; do printf '\rprogress %d%%' $((i*33)); done; echo")
-    page = manager.read(agent, shell, 0, 10)
+    page = manager.sync.read(agent, shell, 0, 10)
     bars = [line for line in page.lines if line.startswith("progress")]
     assert bars == ["progress 99%"]
 
@@ -124,7 +125,7 @@ def test_unsubmitted_text_to_a_canonical_reader_is_still_a_prompt(manager, agent
     assert r.wait_reason == "stdin_read"
     r = send(manager, agent, shell, " line")
     assert "partial line" in r.viewport
-    manager.signal(agent, shell, "SIGINT")
+    manager.sync.signal(agent, shell, "SIGINT")
 
 
 def test_nothing_sent_reports_current_state(manager, agent, shell):
@@ -136,18 +137,18 @@ def test_user_rc_cannot_break_the_markers(manager, agent, tmp_path, monkeypatch)
     rc = tmp_path / "hostile_rc"
     rc.write_text("PS1='mine> '\nPROMPT_COMMAND='echo clobbered'\nbind 'set enable-bracketed-paste on'\n")
     monkeypatch.setenv("DSH_TERMINAL_USER_RC", str(rc))
-    info = manager.spawn(agent, "shell")
+    info = manager.sync.open(agent, "shell")
     try:
         r = send(manager, agent, info.session_id, "false")
         assert (r.wait_reason, r.exit_code) == ("stdin_read", 1)
         assert r.viewport.endswith("$ ") and "clobbered" not in r.viewport
         assert "\x1b" not in r.viewport
     finally:
-        manager.kill(agent, info.session_id)
+        manager.sync.close(agent, info.session_id)
 
 
 def test_marker_fallback_without_proc(manager, agent, shell, monkeypatch):
-    session = manager.session(agent, shell)
+    session = manager.loop_thread.call(manager.session, agent, shell)
     monkeypatch.setattr(session.probe, "available", False)
     r = send(manager, agent, shell, "echo fallback")
     assert (r.wait_reason, r.exit_code) == ("stdin_read", 0)
@@ -158,7 +159,7 @@ def test_binary_huge_and_escape_output_never_crash_the_reader(manager, agent, sh
     assert r.wait_reason == "stdin_read"
     r = send(manager, agent, shell, f"{sys.executable} -c \"print('x' * 10_000_000)\"", timeout=60)
     assert r.wait_reason == "stdin_read"
-    page = manager.read(agent, shell, 0, 5)
+    page = manager.sync.read(agent, shell, 0, 5)
     assert any(line.endswith("[line cut]") for line in page.lines)
     r = send(manager, agent, shell,
              r"printf '\e]52;c;ZXZpbA==\a\e]8;;http://x\e\\link\e]8;;\e\\\e[31mred\e[0m\e[?1049h\e[?1049l\n'")
@@ -170,11 +171,11 @@ def test_binary_huge_and_escape_output_never_crash_the_reader(manager, agent, sh
 def test_output_is_consumed_while_the_caller_is_busy(manager, agent, shell):
     """A busy cell (here: this thread sleeping) never leaves the child blocked on a full PTY."""
     import time
-    op = manager.start_send(agent, shell, SendRequest("seq 1 300000; echo END-OF-SEQ"), holder="busy-cell")
+    op = start_send(manager, agent, shell, SendRequest("seq 1 300000; echo END-OF-SEQ"), holder="busy-cell")
     deadline = time.monotonic() + 60
-    session = manager.session(agent, shell)
+    session = manager.loop_thread.call(manager.session, agent, shell)
     while time.monotonic() < deadline and not manager.loop_thread.call(lambda: op.done):
         time.sleep(0.5)  # no calls into the manager: the loop thread alone drains the PTY
     assert manager.loop_thread.call(lambda: op.done)
     assert manager.loop_thread.call(lambda: session.raw.total) > 300000 * 6
-    assert "END-OF-SEQ" in manager.read(agent, shell, 0, 5).lines
+    assert "END-OF-SEQ" in manager.sync.read(agent, shell, 0, 5).lines

@@ -8,7 +8,9 @@ import pytest
 from IPython.core.error import UsageError
 
 from dsh_terminal_magics import Agent
-from dsh_terminal_magics.notebook.magics import MAGIC_NAMES, split_options
+from dsh_terminal_magics.notebook.magics import TerminalMagics, split_options
+
+MAGIC_NAMES = TerminalMagics.magics
 
 
 def test_load_prints_nothing_and_unload_closes_everything(capsys):
@@ -24,7 +26,7 @@ def test_load_prints_nothing_and_unload_closes_everything(capsys):
     own_tools.call("terminal_open", {"type": "python"}, agent=bot)
     assert session_processes()
     shell.run_line_magic("unload_ext", "dsh_terminal_magics")
-    assert own_tools.manager.list(bot) == []
+    assert own_tools.manager.sync.list(bot) == []
     assert not session_processes()
     for name in MAGIC_NAMES["line"]:
         assert name not in shell.magics_manager.magics["line"]

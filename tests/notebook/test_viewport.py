@@ -46,13 +46,13 @@ def updates(widget: Widget, key: str) -> list[str]:
 
 
 @pytest.fixture
-def view(recording_comm, manager, agent) -> Iterator[TerminalViewport]:
-    sid = manager.spawn(agent, "shell").session_id
-    v = TerminalViewport(manager, agent, sid)
+def view(recording_comm, tools, agent) -> Iterator[TerminalViewport]:
+    sid = tools.manager.sync.open(agent, "shell").session_id
+    v = TerminalViewport(tools, agent, sid)
     yield v
     v.detach()
     try:
-        manager.kill(agent, sid)
+        tools.manager.sync.close(agent, sid)
     except Exception:
         pass
 
@@ -61,9 +61,9 @@ def test_repr_is_stable(view):
     assert repr(view) == f"TerminalViewport(session={view.session_id}, 160x40)"
 
 
-def test_flood_is_coalesced_and_never_resends_history(view, manager, agent):
+def test_flood_is_coalesced_and_never_resends_history(view, tools, agent):
     started = time.monotonic()
-    r = manager.send(agent, view.session_id, SendRequest("seq 1 1500000", timeout=120))  # ~10 MB
+    r = tools.manager.sync.send(agent, view.session_id, SendRequest("seq 1 1500000", timeout=120))  # ~10 MB
     assert r.wait_reason == "stdin_read"
     elapsed = time.monotonic() - started
     view.flush()
@@ -73,23 +73,23 @@ def test_flood_is_coalesced_and_never_resends_history(view, manager, agent):
     assert "1500000" in screens[-1]
 
 
-def test_input_and_buttons_reach_the_session_from_other_threads(view, manager, agent):
+def test_input_and_buttons_reach_the_session_from_other_threads(view, tools, agent):
     t = threading.Thread(target=lambda: setattr(view.input, "value", "echo typed-$((6*7))"))
     t.start()
     t.join()
     wait_for(lambda: "typed-42" in view.snapshot())
     assert view.input.value == ""
-    manager.send(agent, view.session_id, SendRequest("sleep 100", timeout=0.3, idle=10))
+    tools.manager.sync.send(agent, view.session_id, SendRequest("sleep 100", timeout=0.3, idle=10))
     clicker = threading.Thread(target=lambda: view.buttons[0].click())  # Ctrl-C
     clicker.start()
     clicker.join()
-    r = manager.send(agent, view.session_id, SendRequest("echo after", timeout=10))
+    r = tools.manager.sync.send(agent, view.session_id, SendRequest("echo after", timeout=10))
     assert r.wait_reason == "stdin_read" and r.elapsed < 5
     wait_for(lambda: "after" in view.snapshot())
 
 
-def test_program_output_is_escaped_and_neutralised(view, manager, agent):
-    manager.send(agent, view.session_id, SendRequest(
+def test_program_output_is_escaped_and_neutralised(view, tools, agent):
+    tools.manager.sync.send(agent, view.session_id, SendRequest(
         r"printf '<script>alert(1)</script> \e]52;c;SGVsbG8=\a\e]8;;javascript:alert(2)\e\\link\e]8;;\e\\ "
         r"\e[1;31m&red\e[0m\n'"))
     view.flush()
@@ -100,10 +100,30 @@ def test_program_output_is_escaped_and_neutralised(view, manager, agent):
     assert 'style="color:#cd3131;font-weight:bold">&amp;red</span>' in html
 
 
-def test_closed_session_leaves_its_final_view(recording_comm, manager, agent):
-    sid = manager.spawn(agent, "shell").session_id
-    view = TerminalViewport(manager, agent, sid)
-    manager.send(agent, sid, SendRequest("echo last words"))
-    manager.kill(agent, sid)
+def test_closed_session_leaves_its_final_view(recording_comm, tools, agent):
+    sid = tools.manager.sync.open(agent, "shell").session_id
+    view = TerminalViewport(tools, agent, sid)
+    tools.manager.sync.send(agent, sid, SendRequest("echo last words"))
+    tools.manager.sync.close(agent, sid)
     view.flush()
     assert "last words" in view.screen.value and "status: closed" in view.status.value
+
+
+def test_a_failing_viewer_never_breaks_ingest(view, tools, agent):
+    """Listener exceptions are isolated: the session keeps reading and answering."""
+    def broken(_view):
+        raise RuntimeError("viewer bug")
+    follower = tools.follow(view.session_id, agent=agent, on_change=broken)
+    try:
+        r = tools.manager.sync.send(agent, view.session_id, SendRequest("echo still-$((6*7))"))
+        assert r.wait_reason == "stdin_read" and "still-42" in r.viewport
+    finally:
+        follower.close()
+
+
+def test_follow_is_owner_fenced(tools, agent):
+    from dsh_terminal_magics import Agent, TerminalError
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    with pytest.raises(TerminalError, match="unknown terminal session"):
+        tools.follow(sid, agent=Agent("intruder"))
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)

@@ -8,12 +8,12 @@ import pytest
 
 from dsh_terminal_magics.mechanism import SendRequest, SessionOptions
 from dsh_terminal_magics.mechanism.process_tree import process_table, with_token
-from tests.conftest import wait_for
+from tests.conftest import start_send, wait_for
 
 
 def tree_of(manager, agent, sid) -> set[int]:
     """Live processes carrying this session's token (checked independently of close)."""
-    session = manager.session(agent, sid)
+    session = manager.loop_thread.call(manager.session, agent, sid)
     table = process_table()
     return {p for p in with_token(session.token.encode(), table, set()) if not table[p].gone}
 
@@ -35,19 +35,19 @@ CASES = {
 @pytest.mark.parametrize("case", list(CASES))
 def test_close_leaves_nothing(manager, agent, case):
     command, settle = CASES[case]
-    sid = manager.spawn(agent, "shell", options=SessionOptions(close_grace=0.5)).session_id
+    sid = manager.sync.open(agent, "shell", options=SessionOptions(close_grace=0.5)).session_id
     background = case == "fork storm during close"
     if background:
-        manager.start_send(agent, sid, SendRequest(command), holder="storm")
+        start_send(manager, agent, sid, SendRequest(command), holder="storm")
         wait_for(lambda: len(tree_of(manager, agent, sid)) > 50)
     else:
-        manager.send(agent, sid, SendRequest(command, timeout=10))
+        manager.sync.send(agent, sid, SendRequest(command, timeout=10))
         wait_for(lambda: len(tree_of(manager, agent, sid)) >= 2)
     victims = tree_of(manager, agent, sid)
-    session = manager.session(agent, sid)
+    session = manager.loop_thread.call(manager.session, agent, sid)
     token = session.token.encode()
     started = time.monotonic()
-    assert manager.kill(agent, sid) is True
+    assert manager.sync.close(agent, sid) is True
     elapsed = time.monotonic() - started
     table = process_table()
     alive = {p for p in with_token(token, table, set()) if not table[p].gone}
@@ -56,16 +56,16 @@ def test_close_leaves_nothing(manager, agent, case):
 
 
 def test_process_holding_the_pty_after_the_shell_exits(manager, agent):
-    sid = manager.spawn(agent, "shell").session_id
-    manager.send(agent, sid, SendRequest("sleep 1000 & disown"))
+    sid = manager.sync.open(agent, "shell").session_id
+    manager.sync.send(agent, sid, SendRequest("sleep 1000 & disown"))
     held = tree_of(manager, agent, sid)
-    r = manager.send(agent, sid, SendRequest("exit 4"))
+    r = manager.sync.send(agent, sid, SendRequest("exit 4"))
     assert (r.wait_reason, r.exit_code) == ("session_exit", 4)
     orphans = tree_of(manager, agent, sid)
     assert orphans and orphans <= held  # the sleep outlived the shell, holding the slave
-    token = manager.session(agent, sid).token.encode()
+    token = manager.loop_thread.call(manager.session, agent, sid).token.encode()
     started = time.monotonic()
-    manager.kill(agent, sid)
+    manager.sync.close(agent, sid)
     table = process_table()
     assert not {p for p in with_token(token, table, set()) if not table[p].gone}
     print(f"\nclose time [holds the PTY after the shell exited]: {time.monotonic() - started:.3f}s",

@@ -61,7 +61,7 @@ TOOL_CASES = [
     ("terminal_read", {}, "missing required argument 'sessionId'"),
     ("terminal_signal", {"sessionId": "$SID"}, "missing required argument 'signal'"),
     ("terminal_signal", {"sessionId": "$SID", "signal": "SIGUSR1"}, "argument 'signal'"),
-    ("terminal_signal", {"sessionId": "$SID", "signal": "sigint"}, "argument 'signal'"),
+    ("terminal_signal", {"sessionId": "$SID", "signal": "SIGSEGV"}, "argument 'signal'"),
     ("terminal_signal", {"sessionId": "$SID", "signal": 2}, "argument 'signal'"),
     ("terminal_signal", {"sessionId": "$SID", "signal": "SIGKILL"}, "use terminal_close"),
     ("terminal_signal", {"sessionId": "$FOREIGN", "signal": "SIGINT"}, "unknown terminal session"),
@@ -109,7 +109,7 @@ def world():
                                                "run_in_background": True}, agent=me).job_id
     ids["$FOREIGN_JOB"] = tools.call("terminal_send", {"sessionId": ids["$FOREIGN"], "text": "sleep 1000",
                                                        "run_in_background": True}, agent=other).job_id
-    session = tools.manager.session(me, ids["$BUSY"])
+    session = tools.manager.loop_thread.call(tools.manager.session, me, ids["$BUSY"])
     wait_for(lambda: session.foreground_pgid() not in (0, session.pid))
     yield tools, me, other, ids
     tools.shutdown()
@@ -117,7 +117,7 @@ def world():
 
 def state(tools, *agents):
     return [([(s.session_id, s.status) for s in tools.call("terminal_list", {}, agent=a).root],
-             [(j.job_id, j.status) for j in tools.jobs.list(a)]) for a in agents]
+             [(j.job_id, j.status) for j in tools.jobs.sync.list(a)]) for a in agents]
 
 
 def substitute(args, ids):
@@ -177,7 +177,8 @@ MAGIC_CASES = [
     ("term_send", "--timeout abc echo", "argument --timeout"),
     ("term_send", "--timeout", "needs a value"),
     ("term_send", "--agent undefined_var echo", "holding an Agent object"),
-    ("term_send", "--timeout -1 echo", "timeout must be a number of seconds"),
+    ("term_send", "--timeout -1 echo", "argument 'timeout'"),
+    ("term_send", "--timeout 7200 echo", "argument 'timeout'"),
     ("term_signal", "FOO", "invalid signal 'FOO'"),
     ("term_signal", "KILL", "use terminal_close"),
     ("term_open", "zsh", "unknown terminal type 'zsh'"),
@@ -200,11 +201,11 @@ def magic_world(ip):
 @pytest.mark.parametrize("magic,line,message", MAGIC_CASES, ids=[f"{m} {l}" for m, l, _ in MAGIC_CASES])
 def test_magic_errors_are_one_usage_error_line(magic_world, magic, line, message):
     ip, magics = magic_world
-    before = (ip.run_line_magic("term_list", "").text, magics.tools.jobs.list(magics.owner))
+    before = (ip.run_line_magic("term_list", "").text, magics.tools.jobs.sync.list(magics.owner))
     with pytest.raises(UsageError) as err:
         ip.run_line_magic(magic, line)
     assert message in str(err.value)
-    assert (ip.run_line_magic("term_list", "").text, magics.tools.jobs.list(magics.owner)) == before
+    assert (ip.run_line_magic("term_list", "").text, magics.tools.jobs.sync.list(magics.owner)) == before
 
 
 def test_bad_config_magic_keeps_the_old_value(magic_world):

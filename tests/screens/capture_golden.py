@@ -20,16 +20,16 @@ LONG = "/tmp/dsh-golden-long.txt"
 
 def capture(name: str, setup: list[str], steps: list[SendRequest], rows: int = 24, cols: int = 80) -> None:
     manager, agent = SessionManager(), Agent("golden")
-    sid = manager.spawn(agent, "shell").session_id
-    manager.resize(agent, sid, rows, cols)
+    sid = manager.sync.open(agent, "shell").session_id
+    manager.sync.resize(agent, sid, rows, cols)
     for command in setup:
-        manager.send(agent, sid, SendRequest(command))
-    session = manager.session(agent, sid)
+        manager.sync.send(agent, sid, SendRequest(command))
+    session = manager.loop_thread.call(manager.session, agent, sid)
     start = manager.loop_thread.call(lambda: session.raw.total)
     for step in steps:
-        manager.send(agent, sid, step)
+        manager.sync.send(agent, sid, step)
     data, _ = manager.loop_thread.call(lambda: session.raw.since(start))
-    manager.shutdown()
+    manager.sync.shutdown()
     model = ScreenModel(rows, cols, 0)
     model.feed(data)
     (HERE / f"{name}.bin").write_bytes(data)

@@ -12,14 +12,14 @@ from dsh_terminal_magics.notebook.replay import ReplayViewport, replay_text
 
 
 def send(manager, agent, sid, text="", submit=True, keys=(), **kw):
-    return manager.send(agent, sid, SendRequest(text, submit, keys=tuple(keys), **kw))
+    return manager.sync.send(agent, sid, SendRequest(text, submit, keys=tuple(keys), **kw))
 
 
 @pytest.fixture
 def shell(manager, agent):
-    sid = manager.spawn(agent, "shell").session_id
+    sid = manager.sync.open(agent, "shell").session_id
     yield sid
-    manager.kill(agent, sid)
+    manager.sync.close(agent, sid)
 
 
 def test_vim_edits_a_file_through_keys(manager, agent, shell, tmp_path):
@@ -48,7 +48,7 @@ def test_less_pages_and_leaves_a_clean_scrollback(manager, agent, shell, tmp_pat
     assert r.viewport.splitlines()[0] == "row 40"
     r = send(manager, agent, shell, "q", submit=False)
     assert r.screen is None and r.viewport.endswith("$ ")
-    lines = manager.read(agent, shell, 0, 10).lines
+    lines = manager.sync.read(agent, shell, 0, 10).lines
     assert lines[-2:] == [f"$ less {long}", "$ "]  # nothing less drew leaked into the history
 
 
@@ -62,7 +62,7 @@ def test_top_batch_and_interactive(manager, agent, shell):
 
 
 def test_resize_reaches_the_program(manager, agent, shell):
-    manager.resize(agent, shell, 50, 100)
+    manager.sync.resize(agent, shell, 50, 100)
     assert send(manager, agent, shell, "stty size").viewport.splitlines()[1] == "50 100"
     r = send(manager, agent, shell, "tput lines; tput cols")
     assert r.viewport.splitlines()[1:3] == ["50", "100"]
@@ -75,11 +75,11 @@ def test_bell_is_reported(manager, agent, shell):
 
 def test_recording_is_asciinema_v2_and_replays(manager, agent, shell, tmp_path, monkeypatch):
     cast = tmp_path / "demo.cast"
-    manager.record(agent, shell, "start", str(cast))
+    manager.sync.record(agent, shell, "start", str(cast))
     send(manager, agent, shell, "printf '\\e[32mgreen\\e[0m ✓\\n'")
-    manager.resize(agent, shell, 30, 90)
+    manager.sync.resize(agent, shell, 30, 90)
     send(manager, agent, shell, "echo second")
-    path, events = manager.record(agent, shell, "stop")
+    path, events = manager.sync.record(agent, shell, "stop")
     assert path == str(cast) and events >= 2
     lines = cast.read_text(encoding="utf-8").splitlines()
     header = json.loads(lines[0])
@@ -98,7 +98,7 @@ def test_recording_is_asciinema_v2_and_replays(manager, agent, shell, tmp_path, 
     monkeypatch.setattr(comm, "create_comm", lambda **kw: type("C", (), {
         "comm_id": "c", "kernel": "k", "open": lambda *a, **k: None, "on_msg": lambda *a, **k: None,
         "close": lambda *a, **k: None, "send": lambda *a, **k: None})())
-    view = ReplayViewport(str(cast), speed=50, loop_thread=manager.loop_thread)
+    view = ReplayViewport(str(cast), speed=50)
     assert view.wait(30)
     assert "second" in view.snapshot() and "green" in view.screen.value
 
@@ -106,13 +106,13 @@ def test_recording_is_asciinema_v2_and_replays(manager, agent, shell, tmp_path, 
 def test_recording_errors(manager, agent, shell, tmp_path):
     from dsh_terminal_magics.errors import InvalidArgumentError
     with pytest.raises(InvalidArgumentError, match="not recording"):
-        manager.record(agent, shell, "stop")
+        manager.sync.record(agent, shell, "stop")
     with pytest.raises(InvalidArgumentError, match="directory does not exist"):
-        manager.record(agent, shell, "start", "/no/such/dir/x.cast")
-    manager.record(agent, shell, "start", str(tmp_path / "a.cast"))
+        manager.sync.record(agent, shell, "start", "/no/such/dir/x.cast")
+    manager.sync.record(agent, shell, "start", str(tmp_path / "a.cast"))
     with pytest.raises(InvalidArgumentError, match="already recording"):
-        manager.record(agent, shell, "start", str(tmp_path / "b.cast"))
-    manager.record(agent, shell, "stop")
+        manager.sync.record(agent, shell, "start", str(tmp_path / "b.cast"))
+    manager.sync.record(agent, shell, "stop")
 
 
 def test_flood_inside_a_full_screen_program_with_a_viewport_open(manager, agent, shell, monkeypatch):
@@ -121,13 +121,15 @@ def test_flood_inside_a_full_screen_program_with_a_viewport_open(manager, agent,
     monkeypatch.setattr(comm, "create_comm", lambda **kw: type("C", (), {
         "comm_id": "c", "kernel": "k", "open": lambda *a, **k: None, "on_msg": lambda *a, **k: None,
         "close": lambda *a, **k: None, "send": lambda *a, **k: None})())
-    view = TerminalViewport(manager, agent, shell)
+    from dsh_terminal_magics import TerminalTools
+    tools = TerminalTools(manager=manager)
+    view = TerminalViewport(tools, agent, shell)
     try:
         r = send(manager, agent, shell, "printf '\\e[?1049h'; head -c 100000000 /dev/zero | tr '\\0' x | "
                  "fold -w 150; printf '\\e[?1049l'; echo done-flood", timeout=300, idle=60)
         assert r.wait_reason == "stdin_read" and "done-flood" in r.viewport
-        session = manager.session(agent, shell)
-        assert session.screen is not None and session.screen.resyncs >= 1  # pyte never replayed it all
-        assert sum(len(line) for line in manager.read(agent, shell, 0, 5000).lines) < 10_000  # history clean
+        session = manager.loop_thread.call(manager.session, agent, shell)
+        assert session.screen.model.resyncs >= 1  # pyte never replayed it all
+        assert sum(len(line) for line in manager.sync.read(agent, shell, 0, 5000).lines) < 10_000  # history clean
     finally:
         view.detach()

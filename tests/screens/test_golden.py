@@ -40,7 +40,7 @@ def test_colours_and_cursor_details():
     assert snap.lines[4][9:16] == "at 5,10"
     assert model.screen.buffer[0][0].fg == "red" and model.screen.buffer[0][0].bold
     from dsh_terminal_magics.notebook.ansi_html import screen_html
-    assert 'color:#cd3131;font-weight:bold">r</span>' in screen_html(model.screen)
+    assert 'color:#cd3131;font-weight:bold">red</span> plain' in screen_html(model.screen)
 
 
 def test_far_behind_resyncs_from_the_tail():

@@ -8,7 +8,8 @@ import pytest
 
 from dsh_terminal_magics import Agent, TerminalError, TerminalTools
 from dsh_terminal_magics.tools import MARKER
-from dsh_terminal_magics.tools.policies import (LAST_PROMPT, Deny, PolicyDenied, PolicyError, Replace, Rewrite,
+from dsh_terminal_magics.notebook.confirmation import LAST_PROMPT, confirm_in_notebook
+from dsh_terminal_magics.tools.policies import (Deny, PolicyDenied, PolicyError, Replace, Rewrite,
                                                 ShortCircuit, confirm_commands, deny_commands)
 from tests.conftest import wait_for
 
@@ -128,6 +129,21 @@ def test_ready_made_deny_list(capped, agent):
     assert tools.call("terminal_send", {"sessionId": sid, "text": "echo rm -rf /tmp/x"}, agent=agent).exit_code == 0
 
 
+def test_deny_list_sees_what_keys_type(capped, agent):
+    """The pattern matches the whole payload as typed: text, then the characters the keys send."""
+    tools = capped(4096)
+    sid = open_shell(tools, agent)
+    tools.add_policy(deny_commands([r"rm -rf /\r"]))
+    keys = ["r", "m", "Space", "-", "r", "f", "Space", "/", "Enter"]
+    text = tools.call_text("terminal_send", {"sessionId": sid, "text": "", "submit": False, "keys": keys},
+                           agent=agent)
+    assert text.startswith("[denied] [policy: deny-list]")
+    text = tools.call_text("terminal_send", {"sessionId": sid, "text": "rm -rf", "keys": ["Space", "/", "Enter"],
+                                             "submit": False}, agent=agent)
+    assert text.startswith("[denied] [policy: deny-list]")
+    assert tools.call("terminal_send", {"sessionId": sid, "text": "echo fine"}, agent=agent).exit_code == 0
+
+
 def test_confirmation_asks_and_obeys(capped, agent):
     tools = capped(4096)
     sid = open_shell(tools, agent)
@@ -164,7 +180,7 @@ def test_confirmation_widget_answered_from_another_thread(capped, agent, monkeyp
     monkeypatch.setattr(comm, "create_comm", lambda **kw: Recorder())
     tools = capped(4096)
     sid = open_shell(tools, agent)
-    tools.add_policy(confirm_commands([r"^echo confirm"], timeout=60))
+    tools.add_policy(confirm_in_notebook([r"^echo confirm"], timeout=60))
     LAST_PROMPT.clear()
     clicker = threading.Thread(target=lambda: (wait_for(lambda: LAST_PROMPT), LAST_PROMPT[0].yes.click()))
     clicker.start()
@@ -178,7 +194,7 @@ def test_agent_scopes_sync_and_async(capped):
     with Agent("sync-scope") as a:
         sid = tools.call("terminal_open", {"type": "shell"}, agent=a).session_id
         tools.call("terminal_send", {"sessionId": sid, "text": "sleep 100", "run_in_background": True}, agent=a)
-    assert tools.call("terminal_list", agent=a).root == [] and tools.jobs.list(a) == []
+    assert tools.call("terminal_list", agent=a).root == [] and tools.jobs.sync.list(a) == []
 
     async def scoped() -> Agent:
         async with Agent("async-scope") as b:

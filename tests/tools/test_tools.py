@@ -148,4 +148,4 @@ def test_agent_scope_closes_everything(tools):
                        agent=a)
             raise RuntimeError("boom")
     assert tools.call("terminal_list", agent=a).root == []
-    assert tools.jobs.list(a) == []
+    assert tools.jobs.sync.list(a) == []

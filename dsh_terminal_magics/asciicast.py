@@ -1,5 +1,11 @@
 """Session recordings in the asciinema v2 format (``.cast``): a JSON header line, then
-``[seconds, "o", text]`` output events and ``[seconds, "r", "COLSxROWS"]`` resizes."""
+``[seconds, "o", text]`` output events and ``[seconds, "r", "COLSxROWS"]`` resizes.
+
+The file format only (ground floor): the mechanism writes recordings with
+:class:`CastRecorder`, the tools layer reads them with :func:`read_cast`.
+Sizes in a file are checked against the terminal bounds, so a crafted file
+cannot ask for a 100000000-column screen.
+"""
 from __future__ import annotations
 
 import codecs
@@ -8,7 +14,8 @@ import os
 import time
 from typing import IO
 
-from ..errors import InvalidArgumentError
+from .errors import InvalidArgumentError
+from .vocabulary import COLS_RANGE, ROWS_RANGE
 
 
 class CastRecorder:
@@ -53,7 +60,7 @@ class CastRecorder:
 
 
 def read_cast(path: str) -> tuple[dict, list[tuple[float, str, str]]]:
-    """Parse an asciinema v2 file into its header and ``(time, kind, data)`` events."""
+    """Parse an asciinema v2 file into its header and ``(time, kind, data)`` events (sizes checked)."""
     try:
         with open(os.path.expanduser(path), encoding="utf-8") as f:
             lines = [line for line in f if line.strip()]
@@ -61,9 +68,26 @@ def read_cast(path: str) -> tuple[dict, list[tuple[float, str, str]]]:
         raise InvalidArgumentError(f"cannot read recording {path!r}: {exc.strerror}") from None
     try:
         header = json.loads(lines[0])
-        events = [tuple(json.loads(line)) for line in lines[1:]]
-    except (ValueError, IndexError) as exc:
+        events = [(float(t), str(k), str(d)) for t, k, d in (json.loads(line) for line in lines[1:])]
+    except (ValueError, IndexError, TypeError) as exc:
         raise InvalidArgumentError(f"{path!r} is not an asciinema v2 recording: {exc}") from None
     if not isinstance(header, dict) or header.get("version") != 2:
         raise InvalidArgumentError(f"{path!r} is not an asciinema v2 recording (no version 2 header)")
-    return header, [(float(t), str(k), str(d)) for t, k, d in events]  # type: ignore[misc]
+    check_size(path, header.get("height", 24), header.get("width", 80))
+    for _, kind, data in events:
+        if kind == "r":
+            cols, _, rows = data.partition("x")
+            check_size(path, rows, cols)
+    return header, events
+
+
+def check_size(path: str, rows: object, cols: object) -> tuple[int, int]:
+    """``(rows, cols)`` as ints within the terminal bounds, or an error naming the file."""
+    try:
+        r, c = int(rows), int(cols)  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        r = c = -1
+    if not (ROWS_RANGE[0] <= r <= ROWS_RANGE[1] and COLS_RANGE[0] <= c <= COLS_RANGE[1]):
+        raise InvalidArgumentError(f"{path!r} asks for a {cols}x{rows} terminal: sizes must be {COLS_RANGE[0]}-"
+                                   f"{COLS_RANGE[1]} columns by {ROWS_RANGE[0]}-{ROWS_RANGE[1]} rows")
+    return r, c

@@ -1,0 +1,130 @@
+"""Which screen the program is drawing on, and what of its output belongs in the line history.
+
+One object owns that state for a session: the pyte screen model (fed lazily,
+see :mod:`.screen`), whether the alternate screen is on, whether a program
+is drawing the main screen by cursor addressing (``top`` without an
+alternate screen), and the cursor-key mode.  The normaliser only reports
+events; this tracker decides.
+
+The rule for the line history: it keeps every byte the main screen shows.
+What a full-screen program draws is left out only while it draws it - on
+the alternate screen (the normaliser cuts at the switch, in the middle of a
+chunk if need be), or by cursor addressing while the process group that
+started drawing holds the foreground.  Suppression ends the moment that
+program leaves: the alternate screen is switched off, its group leaves the
+foreground, or the process that drew exits (``sh -c 'top -n 1; echo after'``
+keeps ``sh``'s group in the foreground after ``top`` has gone) - not when
+the shell's prompt comes back.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from .output import OutputNormalizer, RawRing, TerminalEvents
+from .process_tree import read_stat
+from .screen import ScreenModel, ScreenSnapshot
+
+#: Clear-screen or absolute cursor positioning below the first row: a program drawing a screen.
+_CURSOR_ADDRESSING = re.compile(rb"\x1b\[2J|\x1b\[(?:[2-9]|\d\d+);\d+H")
+#: Sequences a full-screen program sends when it leaves: cursor shown, normal keypad/cursor keys.
+_RESTORE = re.compile(rb"\x1b\[\?25h|\x1b\[\?1l|\x1b>")
+#: A switch of the alternate screen (such a chunk is handled by the normaliser's own cut).
+_SCREEN_SWITCH = re.compile(rb"\x1b\[\?(?:1049|1047|47)[hl]")
+
+
+class ScreenTracker:
+    """Alternate screen, cursor-addressing programs and the screen model of one session."""
+
+    def __init__(self, rows: int, cols: int, raw: RawRing, normalizer: OutputNormalizer,
+                 group_members: Callable[[int], list[tuple[int, bool]]] = lambda pgid: [(pgid, True)]) -> None:
+        self.model = ScreenModel(rows, cols, 0)
+        self._group_members = group_members
+        #: The processes that may be drawing (the group's newest members when it started).
+        self._drawers: set[int] = set()
+        self._raw = raw
+        self._normalizer = normalizer
+        self.alternate = False
+        self.application_cursor = False
+        #: The foreground process group drawing the main screen by cursor addressing, if any.
+        self.drawing_group: int | None = None
+
+    @property
+    def full_screen(self) -> bool:
+        """True while a full-screen program owns the terminal (alternate screen or cursor addressing)."""
+        return self.alternate or self.drawing_group is not None
+
+    def split_chunk(self, data: bytes, foreground: int, shell_pid: int | None) -> int:
+        """How much of ``data`` (from its start) is a cursor-addressing program's drawing.
+
+        0: all of it is main-screen text; ``len(data)``: all of it is drawing; in
+        between: the program left inside this chunk - its drawing ends with its
+        last cursor/keypad restore sequence, and what follows is text again.
+        """
+        if self.drawing_group is not None:
+            if not self._drawing_program_left(foreground):
+                return len(data)
+            self._stop_drawing()
+            return _last_restore_end(data)
+        if self.alternate or self._normalizer.alternate or b"\x1b[" not in data or _SCREEN_SWITCH.search(data) \
+                or not _CURSOR_ADDRESSING.search(data) or foreground <= 0 or foreground == shell_pid:
+            return 0
+        members = self._group_members(foreground)  # (pid, still running) pairs, zombies included
+        drawers = {pid for pid, _ in members if pid != foreground} or {pid for pid, _ in members}
+        if not any(running for pid, running in members if pid in drawers):
+            return _last_restore_end(data) or len(data)  # it has already left: its drawing is all in here
+        self.drawing_group = foreground
+        self._drawers = drawers
+        return len(data)
+
+    def _drawing_program_left(self, foreground: int) -> bool:
+        if foreground > 0 and foreground != self.drawing_group:
+            return True
+        return bool(self._drawers) and not any(_running(pid) for pid in self._drawers)
+
+    def after_chunk(self, events: TerminalEvents) -> bool:
+        """Apply the chunk's screen events; returns True when the program just left the alternate screen."""
+        left = False
+        if events.alternate_screen is not None:
+            left = self.alternate and not events.alternate_screen
+            self.alternate = events.alternate_screen
+            if left:
+                self._stop_drawing()
+        if events.application_cursor is not None:
+            self.application_cursor = events.application_cursor
+        return left
+
+    def check_drawer(self, foreground: int) -> None:
+        """End cursor-addressing drawing once its program has left (group changed, drawers exited)."""
+        if self.drawing_group is not None and self._drawing_program_left(foreground):
+            self._stop_drawing()
+
+    def _stop_drawing(self) -> None:
+        self.drawing_group = None
+        self._drawers = set()
+
+    def catch_up(self, until: int | None = None, seconds: float | None = None) -> bool:
+        """Feed the screen model from the raw ring (up to ``until``); True when caught up."""
+        return self.model.catch_up(self._raw, seconds=seconds, until=until)
+
+    def snapshot(self) -> ScreenSnapshot:
+        """The screen, brought up to date."""
+        self.catch_up()
+        return self.model.snapshot()
+
+    def resize(self, rows: int, cols: int) -> None:
+        self.catch_up()
+        self.model.resize(rows, cols)
+
+
+def _last_restore_end(data: bytes) -> int:
+    """Offset just after the last restore sequence in ``data`` (0 when there is none)."""
+    end = 0
+    for match in _RESTORE.finditer(data):
+        end = match.end()
+    return end
+
+
+def _running(pid: int) -> bool:
+    stat = read_stat(pid)
+    return stat is not None and not stat.gone

@@ -1,0 +1,270 @@
+"""One send: write input, then wait until the program wants input again (or goes quiet, times out, exits).
+
+A :class:`SendOperation` owns all of its state; the session only writes
+bytes for it and wakes it when output arrives.  Waiting is observed (see
+:mod:`.readiness`), with three refinements written down in the README:
+
+* **timed waits** (``poll``/``select``/``epoll`` with a timeout) are prompts at
+  once (node, IPython poll their terminal), except while the program may be
+  going on by itself: after a send that contained ESC (vim waiting out its
+  Esc timeout), or after the program left the alternate screen during this
+  send (a full-screen program shutting down, which may flush pending input).
+  Then the wait counts only once it outlasts its timeout (at most
+  :data:`TIMED_WAIT_SETTLE`) with no new output.
+* **fast ticks while waiting**: after a full check fails, a cheap look at the
+  foreground (its group and its threads' current system calls) runs every
+  :data:`WATCH_TICK`; the full check runs as soon as that look changes, and
+  at a backed-off pace otherwise - so a program that blocks after a quiet
+  period is seen within about a tick, without the cost of full checks.
+* **the deadline covers everything**, the write of a large text included.
+"""
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import TerminalError
+from ..vocabulary import WaitReason
+from .keys import encode_keys
+from .readiness import Fence
+from .screen import ScreenSnapshot
+
+if TYPE_CHECKING:
+    from .session import Session
+
+#: Readiness re-checks right after output arrives, one per loop turn.
+SPIN_CHECKS = 4
+#: Gap between cheap looks at the foreground while a send waits, and the most between full checks (s).
+WATCH_TICK = 0.001
+MAX_FULL_CHECK_GAP = 0.05
+#: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
+TIMED_WAIT_SETTLE = 1.5
+#: How long an interrupted send waits for the program to come back before giving up (seconds).
+INTERRUPT_GRACE = 5.0
+ENTER = b"\r"
+
+
+@dataclass(frozen=True)
+class SendRequest:
+    """What to write and how long to wait.
+
+    ``text`` is written as is (plus Enter, a CR, when ``submit``), then the
+    named ``keys``.  The wait ends at the first of: the program reads the tty
+    again (``stdin_read``), ``idle`` seconds without output
+    (``inferred_idle``), ``timeout`` seconds from the start, the write
+    included (``timeout``), or the session's process exits
+    (``session_exit``).  ``viewport_bytes`` bounds the output kept for the
+    result (the newest is kept).
+    """
+
+    text: str = ""
+    submit: bool = True
+    timeout: float = 30.0
+    idle: float = 3.0
+    viewport_bytes: int = 1024 * 1024
+    keys: tuple[str, ...] = ()
+
+    def payload(self, application_cursor: bool = False) -> bytes:
+        """The bytes to write (raises for an unknown key name)."""
+        data = self.text.encode("utf-8", "surrogateescape")
+        if self.keys:
+            data += encode_keys(list(self.keys), application_cursor)
+        return data + ENTER if self.submit else data
+
+
+@dataclass
+class SendResult:
+    """The outcome of one send."""
+
+    wait_reason: WaitReason
+    viewport: str
+    viewport_truncated: bool
+    session_status: str
+    exit_code: int | None
+    cancelled: bool = False
+    bell: bool = False
+    elapsed: float = 0.0
+    #: The raw bytes the program wrote during this send (newest ``viewport_bytes``), escapes included.
+    raw_output: bytes = b""
+    #: The rendered screen when a full-screen program had the terminal at the end.
+    screen: ScreenSnapshot | None = None
+
+
+class SendOperation:
+    """A send in progress; loop-thread only.  Created by :meth:`Session.start_send`.
+
+    ``future`` resolves to a :class:`SendResult`; :meth:`cancel` interrupts the
+    foreground program (SIGINT to its process group) and ends the wait once
+    it is back at a prompt; :meth:`read_output` returns finished lines
+    produced since the previous call (never the same text twice).
+    """
+
+    def __init__(self, session: "Session", request: SendRequest, payload: bytes) -> None:
+        self.session = session
+        self.request = request
+        self.payload = payload
+        self.future: asyncio.Future[SendResult] = session.loop.create_future()
+        self.start_line = session.scrollback.completed_lines + 1
+        self.raw_offset = session.raw.total
+        self.started = time.monotonic()
+        self.deadline = self.started + request.timeout
+        self.cancel_requested = False
+        self.interrupted_at = self.last_interrupt = 0.0
+        self.escape_sent = b"\x1b" in payload
+        self.left_full_screen = False
+        self.exit_code: int | None = None
+        self.marker_seen = False
+        self.bell = False
+        self._cursor = self.start_line
+        self._timed_wait: tuple[float, int] | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.future.done()
+
+    def cancel(self) -> None:
+        """Interrupt: SIGINT to the foreground group; the wait then ends at the next prompt."""
+        if self.future.done() or self.cancel_requested:
+            return
+        self.cancel_requested = True
+        self.interrupted_at = self.last_interrupt = time.monotonic()
+        self.session.interrupt_foreground()
+        self.session.wake()
+
+    def read_output(self) -> str:
+        """Finished lines since the last call; once done, also the final unfinished line."""
+        sb = self.session.scrollback
+        lines, self._cursor, dropped = sb.completed_since(self._cursor)
+        text = "\n".join(lines) + ("\n" if lines else "")
+        if dropped:
+            text = f"[{dropped} lines dropped: scrollback overflowed]\n" + text
+        if self.future.done() and self._cursor == sb.completed_lines + 1:
+            tail = sb.partial_line
+            if tail:
+                text += tail
+                self._cursor += 1
+        return text
+
+    # -- the send, on the loop -----------------------------------------------------------
+    def start(self, fence: Fence) -> None:
+        """Write the first piece now (so the program starts working before any task runs), then wait."""
+        written = self.session.write_now(self.payload[:4096]) if self.payload else 0
+        self.task = self.session.loop.create_task(self._run(fence, self.payload[written:]))
+
+    async def _run(self, fence: Fence, rest: bytes) -> None:
+        try:
+            result = await self._write_and_wait(fence, rest)
+        except BaseException as exc:  # the reservation must never leak
+            self.session.release(self)
+            if not self.future.done():
+                self.future.set_exception(exc if isinstance(exc, Exception) else TerminalError("send cancelled"))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self.session.release(self)
+        self.future.set_result(result)
+
+    async def _write_and_wait(self, fence: Fence, rest: bytes) -> SendResult:
+        session = self.session
+        if not await session.write_all(rest, self.deadline):
+            return self._result("session_exit" if not session.running else "timeout")
+        written_at = time.monotonic()
+        partial_from = session.scrollback.chars_written if self.payload and not self.request.submit else -1
+        spins = SPIN_CHECKS
+        seen_output = session.scrollback.chars_written
+        last_full = 0.0
+        look = session.foreground_look()
+        while True:
+            if not session.running:
+                return self._result("session_exit")
+            now = time.monotonic()
+            if self._ready(fence, partial_from):
+                session.drain()
+                return self._result("stdin_read")
+            last_full = now
+            if self.cancel_requested:
+                if now - self.interrupted_at > INTERRUPT_GRACE:
+                    return self._result("timeout")
+                if session.foreground_pgid() not in (0, session.pid) and now - self.last_interrupt > 0.1:
+                    # Input still queued at the first SIGINT may have started a job since: stop it too.
+                    self.last_interrupt = now
+                    session.interrupt_foreground()
+            idle_at = max(session.last_output, written_at) + self.request.idle
+            if now >= self.deadline:
+                return self._result("timeout")
+            if now >= idle_at and not self.cancel_requested:
+                return self._result("inferred_idle")
+            if spins > 0:
+                spins -= 1
+                await session.sleep_until_output(0)
+            else:
+                until = min(self.deadline, idle_at, last_full + MAX_FULL_CHECK_GAP)
+                look = await self._watch(look, until)
+            if session.scrollback.chars_written != seen_output:
+                seen_output = session.scrollback.chars_written
+                spins = SPIN_CHECKS
+
+    async def _watch(self, look: object, until: float) -> object:
+        """Sleep in cheap ticks until output arrives, the foreground's look changes, or ``until``."""
+        session = self.session
+        output = session.scrollback.chars_written
+        while True:
+            now = time.monotonic()
+            if now >= until:
+                return look
+            await session.sleep_until_output(min(WATCH_TICK, until - now))
+            if session.scrollback.chars_written != output or not session.running or self.cancel_requested:
+                return look
+            current = session.foreground_look()
+            if current != look:
+                return current
+
+    def _ready(self, fence: Fence, partial_from: int) -> bool:
+        """Is the program waiting for input?  ``partial_from``: output count at the write of
+        unsubmitted text (-1 otherwise)."""
+        session = self.session
+        probe = session.probe
+        if probe is None or not probe.available:
+            # No /proc: the shell marker, with the shell back in the foreground.
+            return self.marker_seen and session.foreground_pgid() == session.pid
+        timeout = probe.waiting_for_input(fence)
+        if timeout is None and partial_from >= 0 and not fence.accept_stale \
+                and session.scrollback.chars_written > partial_from:
+            # Canonical-mode readers do not wake for a partial line: once its echo is
+            # back and nothing is left unread, a wait already in progress is the answer.
+            fence.accept_stale = probe.unread_input() == 0
+            timeout = probe.waiting_for_input(fence) if fence.accept_stale else None
+        return self._settled(timeout)
+
+    def _settled(self, timeout: float | None) -> bool:
+        """An untimed wait is a prompt; so is a timed one, unless the program may still be going on by
+        itself (see the module docstring): then it must outlast its timeout with no new output."""
+        if timeout is None:
+            self._timed_wait = None
+            return False
+        if timeout == math.inf or not (self.escape_sent or self.left_full_screen):
+            return True
+        now = time.monotonic()
+        written = self.session.scrollback.chars_written
+        if self._timed_wait is None or self._timed_wait[1] != written:
+            self._timed_wait = (now + min(timeout, TIMED_WAIT_SETTLE), written)
+            return False
+        return now >= self._timed_wait[0]
+
+    def _result(self, reason: WaitReason) -> SendResult:
+        session = self.session
+        limit = self.request.viewport_bytes
+        session.screen.check_drawer(session.foreground_pgid())
+        snapshot = session.screen.snapshot() if session.screen.full_screen else None
+        if snapshot is not None:
+            viewport, cut = snapshot.text(), False
+        else:
+            viewport, cut = session.scrollback.text_since(self.start_line, limit)
+        exit_code = session.exit_status if reason == "session_exit" else self.exit_code
+        raw, _lost = session.raw.since(self.raw_offset)
+        return SendResult(reason, viewport, cut, session.public_status, exit_code, self.cancel_requested,
+                          self.bell, time.monotonic() - self.started, raw[-limit:], snapshot)

@@ -1,0 +1,213 @@
+"""Answers to terminal queries, as xterm gives them, from the session's real screen state.
+
+Programs ask their terminal things and wait for the answer: the cursor
+position (``ESC[6n``, prompt_toolkit, vim), device attributes (``ESC[c``,
+``ESC[>c``), colours (``OSC 10/11/12/4 ;?``), sizes (``CSI 14/16/18 t``),
+mode states (DECRQM ``CSI ? n $ p``), settings and capabilities (DECRQSS,
+XTGETTCAP), the terminal's version (XTVERSION).  A program left waiting for
+an answer a terminal could give misbehaves (vim flushes typed input on
+exit), so every query here is answered, in stream order, from the state the
+stream had at that point: the cursor from the pyte screen model fed exactly
+up to the query, colours from the palette the viewport shows and the colours
+the program set, sizes from the PTY.  Requests for something this terminal
+does not have get the answer xterm gives for "not supported" (DECRQM 0,
+DECRQSS/XTGETTCAP ``0``), never an invented value.
+"""
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+from ..ansi import BASIC_COLOURS, DEFAULT_BG, DEFAULT_FG, xterm_256
+from .screen import ScreenModel
+
+#: Character cell size in pixels reported for ``CSI 14t`` / ``CSI 16t``.
+CELL_HEIGHT = 16
+CELL_WIDTH = 8
+#: What ``ESC[c`` and ``ESC[>c`` answer: a VT220-class terminal with ANSI colour, firmware 10.
+PRIMARY_DA = b"\x1b[?62;22c"
+SECONDARY_DA = b"\x1b[>1;10;0c"
+#: Longest unfinished query held over to the next chunk.
+MAX_CARRY = 256
+
+_ST = rb"(?:\x07|\x1b\\)"
+_QUERY = re.compile(
+    rb"\x1b\[(?P<dsr>\??[56])n"
+    rb"|\x1b\[(?P<da>[>=]?)0?c"
+    rb"|\x1b\](?P<dyn>1[0-2])(?P<dyn_val>(?:;[^\x07\x1b]*)?)(?P<dyn_st>" + _ST + rb")"
+    rb"|\x1b\]4(?P<pal>(?:;[^\x07\x1b]*)?)(?P<pal_st>" + _ST + rb")"
+    rb"|\x1b\](?P<reset>11[0-2]|104)[^\x07\x1b]*" + _ST +
+    rb"|\x1b\[(?P<win>1[468])t"
+    rb"|\x1b\[(?P<rqm_priv>\??)(?P<rqm>\d+)\$p"
+    rb"|\x1bP(?P<dcs>[$+])q[^\x1b]*\x1b\\"
+    rb"|\x1b\[>0?q"
+)
+_UNFINISHED = re.compile(rb"\x1b(?:\[[0-9;?>=$]*|\][0-9;?]*[^\x07\x1b]*|P[$+]?q?[^\x1b]*)?\Z")
+#: DEC private modes this terminal implements (answered set/reset by DECRQM), by number.
+_PRIVATE_MODES = {1, 3, 5, 6, 7, 25, 47, 1047, 1049}
+_ANSI_MODES = {4, 20}
+
+
+class TerminalReplies:
+    """Scans a session's output for queries and returns the answers to write back.
+
+    ``screen`` is the session's screen model; ``catch_up(until)`` brings it up
+    to an absolute raw offset; ``size()`` gives ``(rows, cols)``;
+    ``alternate()`` says whether the alternate screen is on and
+    ``application_cursor()`` whether cursor keys are in application mode.
+    """
+
+    def __init__(self, screen: ScreenModel, catch_up: Callable[[int], object], size: Callable[[], tuple[int, int]],
+                 alternate: Callable[[], bool], application_cursor: Callable[[], bool]) -> None:
+        self._screen = screen
+        self._catch_up = catch_up
+        self._size = size
+        self._alternate = alternate
+        self._application_cursor = application_cursor
+        self._carry = b""
+        #: Dynamic colours the program set (10 fg, 11 bg, 12 cursor) and palette entries it changed.
+        self.dynamic: dict[int, str] = {}
+        self.palette: dict[int, str] = {}
+
+    @property
+    def foreground(self) -> str:
+        return self.dynamic.get(10, DEFAULT_FG)
+
+    @property
+    def background(self) -> str:
+        return self.dynamic.get(11, DEFAULT_BG)
+
+    def scan(self, data: bytes, offset: int) -> bytes:
+        """The replies to the queries in ``data`` (which starts at absolute raw offset ``offset``)."""
+        if b"\x1b" not in data and not self._carry:
+            return b""
+        text = self._carry + data
+        base = offset - len(self._carry)
+        self._carry = b""
+        replies = []
+        for match in _QUERY.finditer(text):
+            reply = self._answer(match, base)
+            if reply:
+                replies.append(reply)
+        tail = _UNFINISHED.search(text, max(0, len(text) - MAX_CARRY))
+        if tail is not None:
+            self._carry = tail.group()
+        return b"".join(replies)
+
+    # -- answers ---------------------------------------------------------------------
+    def _answer(self, m: re.Match[bytes], base: int) -> bytes:
+        if m.group("dsr") is not None:
+            return self._status(m.group("dsr"), base + m.start())
+        if m.group("da") is not None:
+            return {b"": PRIMARY_DA, b">": SECONDARY_DA}.get(m.group("da"), b"")
+        if m.group("dyn") is not None:
+            return self._dynamic_colours(int(m.group("dyn")), m.group("dyn_val"), m.group("dyn_st"))
+        if m.group("pal") is not None:
+            return self._palette(m.group("pal"), m.group("pal_st"))
+        if m.group("reset") is not None:
+            self._reset_colours(int(m.group("reset")))
+            return b""
+        if m.group("win") is not None:
+            return self._window(int(m.group("win")))
+        if m.group("rqm") is not None:
+            return self._mode(int(m.group("rqm")), m.group("rqm_priv") == b"?", base + m.start())
+        if m.group("dcs") is not None:
+            return b"\x1bP0" + m.group("dcs") + b"r\x1b\\"
+        return b"\x1bP>|dsh_terminal_magics\x1b\\"  # XTVERSION
+
+    def _status(self, kind: bytes, at: int) -> bytes:
+        if kind == b"5":
+            return b"\x1b[0n"
+        self._catch_up(at)
+        rows, cols = self._size()
+        row = min(self._screen.screen.cursor.y + 1, rows)
+        col = min(self._screen.screen.cursor.x + 1, cols)
+        return f"\x1b[{'?' if kind.startswith(b'?') else ''}{row};{col}R".encode()
+
+    def _dynamic_colours(self, first: int, values: bytes, st: bytes) -> bytes:
+        """OSC 10/11/12: each ``;``-separated value sets or (``?``) queries the next colour in turn."""
+        replies = []
+        for index, value in enumerate(values.split(b";")[1:]):
+            number = first + index
+            if number > 12:
+                break
+            if value == b"?":
+                colour = self.dynamic.get(number, DEFAULT_BG if number == 11 else DEFAULT_FG)
+                replies.append(b"\x1b]%d;%s%s" % (number, _xterm_rgb(colour), st))
+            else:
+                parsed = parse_colour(value.decode("ascii", "replace"))
+                if parsed is not None:
+                    self.dynamic[number] = parsed
+        return b"".join(replies)
+
+    def _palette(self, values: bytes, st: bytes) -> bytes:
+        parts = values.split(b";")[1:]
+        replies = []
+        for index_text, value in zip(parts[0::2], parts[1::2]):
+            if not index_text.isdigit() or int(index_text) > 255:
+                continue
+            index = int(index_text)
+            if value == b"?":
+                colour = self.palette.get(index, xterm_256(index))
+                replies.append(b"\x1b]4;%d;%s%s" % (index, _xterm_rgb(colour), st))
+            else:
+                parsed = parse_colour(value.decode("ascii", "replace"))
+                if parsed is not None:
+                    self.palette[index] = parsed
+        return b"".join(replies)
+
+    def _reset_colours(self, code: int) -> None:
+        if code == 104:
+            self.palette.clear()
+        else:
+            self.dynamic.pop(code - 100, None)
+
+    def _window(self, kind: int) -> bytes:
+        rows, cols = self._size()
+        if kind == 18:
+            return f"\x1b[8;{rows};{cols}t".encode()
+        if kind == 14:
+            return f"\x1b[4;{rows * CELL_HEIGHT};{cols * CELL_WIDTH}t".encode()
+        return f"\x1b[6;{CELL_HEIGHT};{CELL_WIDTH}t".encode()
+
+    def _mode(self, mode: int, private: bool, at: int) -> bytes:
+        known = _PRIVATE_MODES if private else _ANSI_MODES
+        if mode not in known:
+            state = 0
+        else:
+            self._catch_up(at)
+            if private and mode in (47, 1047, 1049):
+                on = self._alternate()
+            elif private and mode == 1:
+                on = self._application_cursor()
+            else:
+                on = self._screen.mode_state(mode, private)
+            state = 1 if on else 2
+        return f"\x1b[{'?' if private else ''}{mode};{state}$y".encode()
+
+
+def parse_colour(spec: str) -> str | None:
+    """An X11 colour spec (``#rgb``, ``#rrggbb``, ``rgb:r/g/b`` with 1-4 hex digits) as ``#rrggbb``."""
+    spec = spec.strip()
+    if spec.startswith("rgb:"):
+        parts = spec[4:].split("/")
+        if len(parts) != 3 or not all(1 <= len(p) <= 4 and _is_hex(p) for p in parts):
+            return None
+        return "#" + "".join(f"{int(p, 16) * 255 // (16 ** len(p) - 1):02x}" for p in parts)
+    if spec.startswith("#") and len(spec) in (4, 7) and _is_hex(spec[1:]):
+        digits = spec[1:]
+        return "#" + ("".join(c * 2 for c in digits) if len(digits) == 3 else digits).lower()
+    return None
+
+
+def _is_hex(text: str) -> bool:
+    return bool(text) and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def _xterm_rgb(colour: str) -> bytes:
+    """``#rrggbb`` as xterm reports it: ``rgb:rrrr/gggg/bbbb``."""
+    r, g, b = colour[1:3], colour[3:5], colour[5:7]
+    return f"rgb:{r}{r}/{g}{g}/{b}{b}".encode()
+
+
+__all__ = ["BASIC_COLOURS", "TerminalReplies", "parse_colour"]

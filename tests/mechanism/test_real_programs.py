@@ -1,0 +1,145 @@
+"""Real programs nobody here wrote: the wait reason, the prompt, the time, and that the next send,
+sent at once, reaches the shell (nothing typed is lost, nothing printed is dropped)."""
+from __future__ import annotations
+
+import os
+import shutil
+import time
+
+import pytest
+
+from dsh_terminal_magics import Agent, TerminalTools
+
+#: An observed prompt must come well inside the idle window (3 s).
+PROMPT_WITHIN = 1.5
+
+needs = {name: pytest.mark.skipif(shutil.which(name) is None and not os.environ.get("CI"),
+                                  reason=f"{name} is not installed (CI installs it)")
+         for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl")}
+
+
+@pytest.fixture
+def term(tmp_path):
+    tools = TerminalTools(config={"maxResultBytes": 65536})
+    agent = Agent("real-programs")
+    sid = tools.call("terminal_open", {"type": "shell", "cwd": str(tmp_path)}, agent=agent).session_id
+
+    def send(text: str, **extra):
+        started = time.monotonic()
+        r = tools.call("terminal_send", {"sessionId": sid, "text": text, **extra}, agent=agent)
+        return r, time.monotonic() - started
+
+    send.read = lambda: tools.call("terminal_read", {"sessionId": sid, "count": 200}, agent=agent).text
+    yield send
+    tools.shutdown()
+
+
+def prompt(r, elapsed: float, text: str) -> None:
+    assert r.wait_reason == "stdin_read", (r.wait_reason, r.viewport[-300:])
+    assert text in r.viewport, r.viewport[-300:]
+    assert elapsed < PROMPT_WITHIN, elapsed
+
+
+def shell_gets_the_next_command(send, tag: str = "N") -> None:
+    r, elapsed = send(f"echo {tag}-$((6*7))")
+    assert r.wait_reason == "stdin_read" and f"{tag}-42" in r.viewport, r.viewport[-300:]
+    assert r.viewport.rstrip().endswith("$"), r.viewport[-200:]
+
+
+def test_getpass_reads_dev_tty(term):
+    r, t = term("python3 -c \"import getpass; print('got', getpass.getpass('Secret: '))\"")
+    prompt(r, t, "Secret: ")
+    r, t = term("hunter2")
+    assert "got hunter2" in r.viewport and "hunter2\n" not in r.viewport.split("got", 1)[0]
+    shell_gets_the_next_command(term)
+
+
+def test_getpass_with_stdin_piped(term):
+    r, t = term("echo piped | python3 -c \"import getpass, sys; print('pw', getpass.getpass('PW: '), "
+                "sys.stdin.read().strip())\"")
+    prompt(r, t, "PW: ")
+    r, t = term("typed")
+    assert "pw typed piped" in r.viewport
+    shell_gets_the_next_command(term)
+
+
+@needs["ssh-keygen"]
+def test_ssh_keygen_both_passphrase_prompts(term):
+    r, t = term("ssh-keygen -q -t ed25519 -f ./key -C test")
+    prompt(r, t, "passphrase")
+    r, t = term("correct horse")
+    prompt(r, t, "same passphrase again")
+    r, t = term("correct horse")
+    assert r.wait_reason == "stdin_read" and r.exit_code == 0
+    shell_gets_the_next_command(term)
+    r, _ = term("test -s key && test -s key.pub && echo keys-made")
+    assert "keys-made" in r.viewport
+
+
+@needs["openssl"]
+def test_openssl_passwd_prompts(term):
+    r, t = term("openssl passwd -6")
+    prompt(r, t, "Password:")
+    r, t = term("pw")
+    prompt(r, t, "Verifying - Password:")
+    r, t = term("pw")
+    assert "$6$" in r.viewport and r.exit_code == 0
+    shell_gets_the_next_command(term)
+
+
+@needs["git"]
+@needs["vim"]
+def test_git_commit_with_vim_as_editor(term):
+    term("git init -q . && git config user.email t@example.com && git config user.name T && "
+         "echo hi > f && git add f")
+    r, t = term("GIT_EDITOR='vim -u NONE' git commit")
+    assert r.wait_reason == "stdin_read" and r.screen is not None, r.viewport[-300:]
+    assert t < PROMPT_WITHIN
+    r, t = term("", submit=False, keys=["i", *"first commit", "Esc"])
+    assert r.wait_reason == "stdin_read"
+    r, t = term(":wq")
+    assert r.wait_reason == "stdin_read" and r.screen is None, r.viewport[-300:]
+    shell_gets_the_next_command(term)
+    r, _ = term("git log --format=%s")
+    assert "first commit" in r.viewport
+
+
+@needs["man"]
+@needs["less"]
+def test_man_with_less_as_pager(term):
+    r, t = term("MANPAGER=less man ls")
+    assert r.wait_reason == "stdin_read" and t < 5, (r.wait_reason, t)
+    assert "NAME" in r.viewport or "ls" in r.viewport
+    r, t = term("q", submit=False)
+    assert r.wait_reason == "stdin_read" and r.screen is None
+    shell_gets_the_next_command(term)
+
+
+@needs["vim"]
+def test_vim_clean_write_quit_loses_nothing_ten_times(term):
+    for i in range(10):
+        r, t = term(f"vim --clean note{i}.txt")
+        assert r.wait_reason == "stdin_read" and r.screen is not None and t < PROMPT_WITHIN, (i, r.wait_reason, t)
+        term("", submit=False, keys=["i", *f"line {i}"])
+        r, _ = term("", submit=False, keys=["Esc"])
+        assert r.wait_reason == "stdin_read"
+        term(":wq")
+        shell_gets_the_next_command(term, tag=f"V{i}")
+    r, _ = term("cat note*.txt | wc -l")
+    assert "\n10\n" in r.viewport
+
+
+@needs["top"]
+def test_output_after_top_is_kept(term):
+    for i in range(10):
+        r, _ = term("sh -c 'top -b -n 1 >/dev/null; top -n 1; echo after-$((6*7))'")
+        assert r.wait_reason == "stdin_read" and "after-42" in r.viewport, (i, r.viewport[-300:])
+        assert "after-42" in term.read().splitlines()[-2], i
+
+
+@needs["vim"]
+def test_output_after_vim_is_kept(term):
+    for i in range(10):
+        r, _ = term("sh -c 'vim -u NONE -c q; echo after-$((6*7))'")
+        assert r.wait_reason == "stdin_read" and "after-42" in r.viewport, (i, r.viewport[-300:])
+        assert "after-42" in term.read().splitlines()[-2], i
