@@ -137,15 +137,15 @@ class ReadinessProbe:
     def group_members(self, pgid: int) -> list[int]:
         """Members of process group ``pgid``, found from its leader and last known members downwards.
 
-        A new member is forked by an existing one (``git`` forks ``vim``), so
-        walking ``/proc/PID/task/TID/children`` from the group's leader and
-        the members seen last time finds every member without scanning all
-        of ``/proc``; when that finds nothing (the leader has exited and
-        nothing is known), one full scan does.
+        A member is a child of the shell (the members of a pipeline) or was
+        forked by another member (``git`` forks ``vim``), so walking
+        ``/proc/PID/task/TID/children`` from the shell's children, the group's
+        leader and the members seen last time finds every member without
+        scanning all of ``/proc``; when that finds nothing, one full scan does.
         """
         if pgid == self.leader_pid:
             return [pgid]
-        seeds = [pgid]
+        seeds = [pgid, *_children(self.leader_pid)]  # a pipeline's members are the shell's children
         if self._group_cache is not None and self._group_cache[0] == pgid:
             seeds += self._group_cache[1]
         members = _walk_group(seeds, pgid)
@@ -327,11 +327,18 @@ def _walk_group(seeds: list[int], pgid: int) -> list[int]:
         if stat is None or stat.gone or stat.pgrp != pgid:
             continue
         found.append(pid)
-        for tid in _threads(pid):
-            children = read_proc(f"/proc/{pid}/task/{tid}/children")
-            if children:
-                stack.extend(int(child) for child in children.split())
+        stack.extend(_children(pid))
     return found
+
+
+def _children(pid: int) -> list[int]:
+    """Pids of ``pid``'s children (from every thread's ``children`` list)."""
+    out: list[int] = []
+    for tid in _threads(pid):
+        children = read_proc(f"/proc/{pid}/task/{tid}/children")
+        if children:
+            out.extend(int(child) for child in children.split())
+    return out
 
 
 def _threads(pid: int) -> list[int]:

@@ -120,6 +120,7 @@ class SendOperation:
         self.bell = False
         self._cursor = self.start_line
         self._timed_wait: tuple[float, int] | None = None
+        self.fence = Fence()
         self.task: asyncio.Task[None] | None = None
 
     @property
@@ -151,24 +152,29 @@ class SendOperation:
 
     # -- the send, on the loop -----------------------------------------------------------
     def start(self, fence: Fence) -> None:
-        """Write the first piece now (so the program starts working before any task runs), then wait."""
-        written = self.session.write_now(self.payload[:4096]) if self.payload else 0
-        self.task = self.session.loop.create_task(self._run(fence, self.payload[written:]))
+        """Write the first piece now (so the program starts working before any task runs), then wait.
 
-    async def _run(self, fence: Fence, rest: bytes) -> None:
+        ``fence`` was taken just before; the session replaces it (:attr:`fence`) whenever it writes
+        the program more input of its own (answers to terminal queries).
+        """
+        self.fence = fence
+        written = self.session.write_now(self.payload[:4096]) if self.payload else 0
+        self.task = self.session.loop.create_task(self._run(self.payload[written:]))
+
+    async def _run(self, rest: bytes) -> None:
         try:
-            result = await self._write_and_wait(fence, rest)
+            result = await self._write_and_wait(rest)
         except BaseException as exc:  # the reservation must never leak
-            self.session.release(self)
+            self.session.release(self, None)
             if not self.future.done():
                 self.future.set_exception(exc if isinstance(exc, Exception) else TerminalError("send cancelled"))
             if not isinstance(exc, Exception):
                 raise
             return
-        self.session.release(self)
+        self.session.release(self, result)
         self.future.set_result(result)
 
-    async def _write_and_wait(self, fence: Fence, rest: bytes) -> SendResult:
+    async def _write_and_wait(self, rest: bytes) -> SendResult:
         session = self.session
         if not await session.write_all(rest, self.deadline):
             return self._result("session_exit" if not session.running else "timeout")
@@ -182,8 +188,7 @@ class SendOperation:
             if not session.running:
                 return self._result("session_exit")
             now = time.monotonic()
-            if self._ready(fence, partial_from):
-                session.drain()
+            if self._ready(self.fence, partial_from) and self._nothing_asked_since():
                 return self._result("stdin_read")
             last_full = now
             if self.cancel_requested:
@@ -239,6 +244,14 @@ class SendOperation:
             fence.accept_stale = probe.unread_input() == 0
             timeout = probe.waiting_for_input(fence) if fence.accept_stale else None
         return self._settled(timeout)
+
+    def _nothing_asked_since(self) -> bool:
+        """After a wait was observed: read the output written before it; if that output asked the terminal
+        something, the answer is now the program's pending input - it is not waiting for the caller."""
+        session = self.session
+        answered = session.replies_written
+        session.drain()
+        return session.replies_written == answered
 
     def _settled(self, timeout: float | None) -> bool:
         """An untimed wait is a prompt; so is a timed one, unless the program may still be going on by

@@ -27,7 +27,7 @@ from .process_tree import ProcessId, TreeToEnd, make_leader_preexec, read_stat, 
 from .readiness import Fence, ReadinessProbe
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker
-from .send import SendOperation, SendRequest
+from .send import SendOperation, SendRequest, SendResult
 from .terminal_replies import TerminalReplies
 
 log = logging.getLogger(__name__)
@@ -120,6 +120,8 @@ class Session:
         self.last_exit_code: int | None = None
         self.last_wait_reason: str | None = None
         self.last_output = 0.0
+        #: How many times the session has answered a terminal query.
+        self.replies_written = 0
         self.listeners = OutputListeners()
         self.recorder: CastRecorder | None = None
         self.probe: ReadinessProbe | None = None
@@ -291,7 +293,11 @@ class Session:
         drawing = self.screen.split_chunk(data, self.foreground_pgid(), self.pid)
         replies = self.replies.scan(data, offset)
         if replies:
+            if self.operation is not None and self.probe is not None:
+                # The answer is input too: a wait counts only once the program has run after it.
+                self.operation.fence = self.probe.fence()
             self.write_now(replies)
+            self.replies_written += 1
         if drawing:  # a cursor-addressing program's drawing stays out of the line history
             self.normalizer.suppressed = True
             self._normalize(data[:drawing])
@@ -403,13 +409,13 @@ class Session:
         op.start(fence)
         return op
 
-    def release(self, op: SendOperation) -> None:
-        """The send ``op`` has finished: give up the reservation."""
+    def release(self, op: SendOperation, result: "SendResult | None") -> None:
+        """The send ``op`` has finished (with ``result``, None when it failed): give up the reservation."""
         if self.operation is op:
             self.operation = None
             self.reservation = None
-            self.last_wait_reason = op.future.result().wait_reason if op.future.done() and \
-                not op.future.exception() else self.last_wait_reason
+        if result is not None:
+            self.last_wait_reason = result.wait_reason
         self.listeners()
 
     # -- size, recording -------------------------------------------------------------------

@@ -293,7 +293,8 @@ class TerminalMagics(Magics):
                                     "idle": idle}
             if keys and index == len(pieces) - 1:
                 call["keys"] = list(keys)
-            res = self.tools.call("terminal_send", call, agent=owner, on_output=stream.write)
+            res = self.tools.call("terminal_send", call, agent=owner, on_output=stream.write,
+                                  show_prompt=index == 0)
             if not hasattr(res, "wait_reason"):  # a policy supplied the result
                 return TermResult(res, str(self.tools.render(res)))
             if res._interrupted or res.wait_reason in ("timeout", "session_exit"):

@@ -87,22 +87,24 @@ class TerminalTools:
 
     # -- calls ----------------------------------------------------------------------------
     def call(self, name: str, args: dict[str, Any] | None = None, *, agent: Agent | None = None,
-             on_output: Callable[[str], None] | None = None) -> BaseModel:
+             on_output: Callable[[str], None] | None = None, show_prompt: bool = True) -> BaseModel:
         """Run tool ``name``; returns its typed result or raises :class:`TerminalError`.
 
         Ctrl-C (a kernel interrupt) during a foreground send interrupts the
         program too (SIGINT to its foreground group) before propagating.
         ``on_output(text)`` makes a foreground send stream: sanitised output
-        (colours kept) as it arrives, starting with the prompt or with output
-        that arrived since the previous streamed send; Ctrl-C then interrupts
-        the program and the call still returns its result.
+        (colours kept) as it arrives, starting with output that arrived since
+        the previous streamed send, or else with the prompt the program shows
+        (unless ``show_prompt`` is false); Ctrl-C then interrupts the program
+        and the call still returns its result.
         """
         parsed = self._check(name, args, agent)
         assert agent is not None
         if not (self.policies or self.observers):
-            return self._execute(ToolCall(name, {}, agent), parsed, on_output)
+            return self._execute(ToolCall(name, {}, agent), parsed, on_output, show_prompt)
         call = ToolCall(name, parsed.model_dump(by_alias=True), agent)
-        engine = PolicyEngine(self.policies, self._validate, lambda c, p: self._execute(c, p, on_output))
+        engine = PolicyEngine(self.policies, self._validate,
+                              lambda c, p: self._execute(c, p, on_output, show_prompt))
         try:
             result = engine.run(call, parsed)
         except BaseException as exc:
@@ -137,11 +139,12 @@ class TerminalTools:
         except TerminalError as exc:
             return self.render_error(exc)
 
-    def _execute(self, call: ToolCall, parsed: BaseModel, on_output: Callable[[str], None] | None) -> BaseModel:
+    def _execute(self, call: ToolCall, parsed: BaseModel, on_output: Callable[[str], None] | None,
+                 show_prompt: bool = True) -> BaseModel:
         if call.name == "terminal_send" and not getattr(parsed, "run_in_background", False):
             assert isinstance(parsed, SendArgsForeground)
             if on_output is not None:
-                return self._streaming_send(parsed, call.agent, on_output)
+                return self._streaming_send(parsed, call.agent, on_output, show_prompt)
             return self._foreground_send(parsed, call.agent)
         return self._loop.run(HANDLERS[call.name](self._context(), parsed, call.agent))
 
@@ -157,18 +160,18 @@ class TerminalTools:
         r = self._loop.call_and_wait(start, on_interrupt=lambda: started and started[0].cancel())
         return foreground_result(r)
 
-    def _streaming_send(self, a: SendArgsForeground, agent: Agent,
-                        on_output: Callable[[str], None]) -> ForegroundSendResult:
+    def _streaming_send(self, a: SendArgsForeground, agent: Agent, on_output: Callable[[str], None],
+                        show_prompt: bool) -> ForegroundSendResult:
         request = send_request(a, self.max_result_bytes)
         resume = self._streamed.get(a.session_id)
 
         def begin() -> Any:
             session = self.manager.session(agent, a.session_id)
             offset = session.raw.total
-            prompt = session.scrollback.partial_line if resume is None else ""
+            unseen = resume is not None and resume < offset
+            prompt = session.scrollback.partial_line if show_prompt and not unseen else ""
             op = self.manager.begin_send(agent, a.session_id, request, "a foreground send (streaming)")
-            start = resume if resume is not None and resume < offset else offset
-            return session, op, start, prompt
+            return session, op, resume if unseen else offset, prompt
 
         session, op, start, prompt = self._loop.call(begin)
         stream = LiveOutput(self._loop, session, start, on_output)

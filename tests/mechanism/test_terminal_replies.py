@@ -1,0 +1,92 @@
+"""Terminal queries are answered like xterm does, from the session's real screen state."""
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+
+from dsh_terminal_magics.mechanism import SendRequest
+from dsh_terminal_magics.mechanism.terminal_replies import PRIMARY_DA, SECONDARY_DA, parse_colour
+
+#: A program that puts the terminal in raw mode, writes each query and saves the answers as JSON.
+ASKER = textwrap.dedent(r"""
+    import json, os, select, sys, termios, tty
+    fd = sys.stdin.fileno()
+    saved = termios.tcgetattr(fd)
+    tty.setraw(fd)
+    answers = []
+    try:
+        for query in json.loads(sys.argv[1]):
+            os.write(1, query.encode("latin-1"))
+            reply = b""
+            while select.select([fd], [], [], 1.0)[0]:
+                reply += os.read(fd, 64)
+                if reply[-1:] in (b"R", b"c", b"t", b"\x07", b"\\", b"y"):
+                    break
+            answers.append(reply.decode("latin-1"))
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    with open(sys.argv[2], "w") as out:
+        json.dump(answers, out)
+""")
+
+
+@pytest.fixture
+def ask(manager, agent, tmp_path):
+    script = tmp_path / "ask.py"
+    script.write_text(ASKER)
+    sid = manager.sync.open(agent, "shell").session_id
+
+    def run(*queries: str) -> list[str]:
+        answers = tmp_path / "answers.json"
+        answers.unlink(missing_ok=True)
+        r = manager.sync.send(agent, sid, SendRequest(
+            f"{sys.executable} {script} '{json.dumps(list(queries))}' {answers}", timeout=20))
+        assert r.wait_reason == "stdin_read" and r.exit_code == 0, r.viewport
+        return json.loads(answers.read_text())
+
+    run.sid = sid
+    yield run
+    manager.sync.close(agent, sid)
+
+
+def test_cursor_position_follows_the_screen(ask):
+    answers = ask("\x1b[5;10H\x1b[6n", "\x1b[12;3H\x1b[6n", "\x1b[3B\x1b[4C\x1b[6n", "\x1b[?6n")
+    assert answers[:3] == ["\x1b[5;10R", "\x1b[12;3R", "\x1b[15;7R"]
+    assert answers[3] == "\x1b[?15;7R"
+
+
+def test_device_attributes(ask):
+    assert ask("\x1b[c", "\x1b[0c", "\x1b[>c", "\x1b[>0c") == [PRIMARY_DA.decode(), PRIMARY_DA.decode(),
+                                                               SECONDARY_DA.decode(), SECONDARY_DA.decode()]
+
+
+def test_sizes_follow_a_resize(ask, manager, agent):
+    assert ask("\x1b[18t") == ["\x1b[8;40;160t"]
+    manager.sync.resize(agent, ask.sid, 30, 100)
+    assert ask("\x1b[18t", "\x1b[14t", "\x1b[16t") == ["\x1b[8;30;100t", "\x1b[4;480;800t", "\x1b[6;16;8t"]
+    assert ask("\x1b[30;100H\x1b[6n") == ["\x1b[30;100R"]
+
+
+def test_colours_are_the_viewports_and_follow_changes(ask):
+    fg, bg = ask("\x1b]10;?\x07", "\x1b]11;?\x1b\\")
+    assert fg == "\x1b]10;rgb:e5e5/e5e5/e5e5\x07" and bg == "\x1b]11;rgb:1e1e/1e1e/1e1e\x1b\\"
+    assert ask("\x1b]11;#102030\x07\x1b]11;?\x07") == ["\x1b]11;rgb:1010/2020/3030\x07"]
+    assert ask("\x1b]4;1;?\x07", "\x1b]4;196;?\x07") == ["\x1b]4;1;rgb:cdcd/3131/3131\x07",
+                                                         "\x1b]4;196;rgb:ffff/0000/0000\x07"]
+    assert ask("\x1b]111\x07\x1b]11;?\x07") == ["\x1b]11;rgb:1e1e/1e1e/1e1e\x07"]
+
+
+def test_modes_and_unsupported_requests(ask):
+    assert ask("\x1b[?25l\x1b[?25$p", "\x1b[?25h\x1b[?25$p", "\x1b[?1049$p", "\x1b[?2026$p") == [
+        "\x1b[?25;2$y", "\x1b[?25;1$y", "\x1b[?1049;2$y", "\x1b[?2026;0$y"]
+    assert ask("\x1bP$q q\x1b\\", "\x1bP+q544e\x1b\\") == ["\x1bP0$r\x1b\\", "\x1bP0+r\x1b\\"]
+
+
+def test_parse_colour():
+    assert parse_colour("rgb:ff/80/00") == "#ff8000"
+    assert parse_colour("rgb:ffff/8080/0000") == "#ff8000"
+    assert parse_colour("#abc") == "#aabbcc" and parse_colour("#A0B0C0") == "#a0b0c0"
+    assert parse_colour("red") is None and parse_colour("rgb:zz/00/00") is None
