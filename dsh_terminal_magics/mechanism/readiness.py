@@ -117,22 +117,6 @@ class ReadinessProbe:
             return self._timeout
         return None
 
-    def look(self) -> tuple[object, ...]:
-        """A cheap fingerprint of the foreground: its group and each member thread's current system call.
-
-        It changes when the program moves from one wait to another (``sleep`` ends,
-        ``read`` begins) or a new group takes the foreground; a send's wait runs
-        the full check only when it does (or at a slow pace), so it stays cheap.
-        """
-        pgid = self.foreground_pgid()
-        if not self.available or pgid <= 0:
-            return (pgid,)
-        calls: list[object] = [pgid]
-        for pid in self.group_members(pgid):
-            for tid in _threads(pid):
-                calls.append(read_proc(f"/proc/{pid}/task/{tid}/syscall"))
-        return tuple(calls)
-
     # -- internals ---------------------------------------------------------
     def group_members(self, pgid: int) -> list[int]:
         """Members of process group ``pgid``, found from its leader and last known members downwards.

@@ -11,11 +11,11 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
   send (a full-screen program shutting down, which may flush pending input).
   Then the wait counts only once it outlasts its timeout (at most
   :data:`TIMED_WAIT_SETTLE`) with no new output.
-* **fast ticks while waiting**: after a full check fails, a cheap look at the
-  foreground (its group and its threads' current system calls) runs every
-  :data:`WATCH_TICK`; the full check runs as soon as that look changes, and
-  at a backed-off pace otherwise - so a program that blocks after a quiet
-  period is seen within about a tick, without the cost of full checks.
+* **events, then a backed-off tick**: checks run right after output arrives and
+  right after a process of the foreground group exits (a pidfd per member:
+  ``sleep 0.2; cat`` is seen as soon as ``sleep`` ends, not at the next slow
+  tick), then at gaps growing from :data:`MIN_TICK` to :data:`MAX_TICK` - so a
+  long silent command costs a few checks a second.
 * **the deadline covers everything**, the write of a large text included.
 """
 from __future__ import annotations
@@ -37,9 +37,12 @@ if TYPE_CHECKING:
 
 #: Readiness re-checks right after output arrives, one per loop turn.
 SPIN_CHECKS = 4
-#: Gap between cheap looks at the foreground while a send waits, and the most between full checks (s).
-WATCH_TICK = 0.001
-MAX_FULL_CHECK_GAP = 0.05
+#: First and largest gap between readiness checks while nothing happens (seconds).
+MIN_TICK = 0.001
+MAX_TICK = 0.05
+#: After a foreground process exits, checks run back to back this long (seconds): whatever the shell
+#: starts next usually blocks within a few milliseconds, and a 1 ms tick would add up to a tick of delay.
+EXIT_BURST = 0.006
 #: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
 TIMED_WAIT_SETTLE = 1.5
 #: How long an interrupted send waits for the program to come back before giving up (seconds).
@@ -180,53 +183,41 @@ class SendOperation:
             return self._result("session_exit" if not session.running else "timeout")
         written_at = time.monotonic()
         partial_from = session.scrollback.chars_written if self.payload and not self.request.submit else -1
-        spins = SPIN_CHECKS
-        seen_output = session.scrollback.chars_written
-        last_full = 0.0
-        look = session.foreground_look()
-        while True:
-            if not session.running:
-                return self._result("session_exit")
-            now = time.monotonic()
-            if self._ready(self.fence, partial_from) and self._nothing_asked_since():
-                return self._result("stdin_read")
-            last_full = now
-            if self.cancel_requested:
-                if now - self.interrupted_at > INTERRUPT_GRACE:
+        spins, tick, burst_until = SPIN_CHECKS, MIN_TICK, 0.0
+        activity = session.activity()
+        try:
+            while True:
+                if not session.running:
+                    return self._result("session_exit")
+                now = time.monotonic()
+                if self._ready(self.fence, partial_from) and self._nothing_asked_since():
+                    return self._result("stdin_read")
+                if self.cancel_requested:
+                    if now - self.interrupted_at > INTERRUPT_GRACE:
+                        return self._result("timeout")
+                    if session.foreground_pgid() not in (0, session.pid) and now - self.last_interrupt > 0.1:
+                        # Input still queued at the first SIGINT may have started a job since: stop it too.
+                        self.last_interrupt = now
+                        session.interrupt_foreground()
+                idle_at = max(session.last_output, written_at) + self.request.idle
+                if now >= self.deadline:
                     return self._result("timeout")
-                if session.foreground_pgid() not in (0, session.pid) and now - self.last_interrupt > 0.1:
-                    # Input still queued at the first SIGINT may have started a job since: stop it too.
-                    self.last_interrupt = now
-                    session.interrupt_foreground()
-            idle_at = max(session.last_output, written_at) + self.request.idle
-            if now >= self.deadline:
-                return self._result("timeout")
-            if now >= idle_at and not self.cancel_requested:
-                return self._result("inferred_idle")
-            if spins > 0:
-                spins -= 1
-                await session.sleep_until_output(0)
-            else:
-                until = min(self.deadline, idle_at, last_full + MAX_FULL_CHECK_GAP)
-                look = await self._watch(look, until)
-            if session.scrollback.chars_written != seen_output:
-                seen_output = session.scrollback.chars_written
-                spins = SPIN_CHECKS
-
-    async def _watch(self, look: object, until: float) -> object:
-        """Sleep in cheap ticks until output arrives, the foreground's look changes, or ``until``."""
-        session = self.session
-        output = session.scrollback.chars_written
-        while True:
-            now = time.monotonic()
-            if now >= until:
-                return look
-            await session.sleep_until_output(min(WATCH_TICK, until - now))
-            if session.scrollback.chars_written != output or not session.running or self.cancel_requested:
-                return look
-            current = session.foreground_look()
-            if current != look:
-                return current
+                if now >= idle_at and not self.cancel_requested:
+                    return self._result("inferred_idle")
+                if spins > 0 or now < burst_until:
+                    spins -= 1
+                    await session.sleep_until_output(0)
+                else:
+                    session.watch_foreground_exits()
+                    await session.sleep_until_output(min(tick, self.deadline - now, max(idle_at - now, 0.0005)))
+                    tick = min(tick * 2, MAX_TICK)
+                if session.activity() != activity:  # output, or a foreground process exited: look closely
+                    if session.activity()[1] != activity[1]:  # the next program starts within milliseconds
+                        burst_until = time.monotonic() + EXIT_BURST
+                    activity = session.activity()
+                    spins, tick = SPIN_CHECKS, MIN_TICK
+        finally:
+            session.stop_watching_exits()
 
     def _ready(self, fence: Fence, partial_from: int) -> bool:
         """Is the program waiting for input?  ``partial_from``: output count at the write of

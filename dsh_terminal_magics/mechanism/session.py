@@ -31,6 +31,8 @@ from .send import SendOperation, SendRequest, SendResult
 from .terminal_replies import TerminalReplies
 
 log = logging.getLogger(__name__)
+#: Most foreground processes watched for exit at once (pidfds).
+MAX_EXIT_WATCHES = 16
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,8 @@ class Session:
         self._leader: ProcessId | None = None
         self._slave_fd = -1
         self._pidfd = -1
+        self._exit_watch: dict[int, int] = {}
+        self._exits_seen = 0
 
     # -- state -----------------------------------------------------------------------
     @property
@@ -245,6 +249,7 @@ class Session:
         self.listeners()
 
     def _close_fds(self) -> None:
+        self.stop_watching_exits()
         if self._proc is not None and not self._proc.closed:
             _remove_reader(self.loop, self._proc.fd)
             try:
@@ -448,9 +453,41 @@ class Session:
         """The terminal's foreground process group (0 when not known)."""
         return self.probe.foreground_pgid() if self.probe else 0
 
-    def foreground_look(self) -> object:
-        """A cheap fingerprint of the foreground (its group, its threads' system calls)."""
-        return self.probe.look() if self.probe else None
+    def activity(self) -> tuple[int, int]:
+        """Changes whenever output arrives or a watched foreground process exits."""
+        return self.scrollback.chars_written, self._exits_seen
+
+    def watch_foreground_exits(self) -> None:
+        """Wake the session when any process of the foreground group exits (pidfds, loop thread)."""
+        pgid = self.foreground_pgid()
+        members = set(self.probe.group_members(pgid)) if self.probe and pgid > 0 else set()
+        members.discard(self.pid or -1)
+        for pid in list(self._exit_watch):
+            if pid not in members:
+                self._unwatch_exit(pid)
+        for pid in members - set(self._exit_watch):
+            if len(self._exit_watch) >= MAX_EXIT_WATCHES:
+                break
+            try:
+                fd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                continue
+            self._exit_watch[pid] = fd
+            self.loop.add_reader(fd, self._foreground_exited, pid)
+
+    def _foreground_exited(self, pid: int) -> None:
+        self._unwatch_exit(pid)
+        self._exits_seen += 1
+        self.wake()
+
+    def _unwatch_exit(self, pid: int) -> None:
+        fd = self._exit_watch.pop(pid)
+        _remove_reader(self.loop, fd)
+        os.close(fd)
+
+    def stop_watching_exits(self) -> None:
+        for pid in list(self._exit_watch):
+            self._unwatch_exit(pid)
 
     def interrupt_foreground(self) -> None:
         pgid = self.foreground_pgid()
