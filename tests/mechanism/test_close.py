@@ -8,6 +8,7 @@ import time
 
 from dsh_terminal_magics.mechanism import SendRequest
 from dsh_terminal_magics.mechanism.process_tree import ProcessId, is_alive, read_stat
+from tests.conftest import wait_for
 
 ESCAPERS = {
     "child": "sleep 1000 & echo CHILD=$!",
@@ -36,8 +37,10 @@ def test_close_ends_every_escaping_descendant(manager, agent):
     text = ""
     for command in ESCAPERS.values():
         manager.sync.send(agent, sid, SendRequest(command, timeout=10))
-    r = manager.sync.send(agent, sid, SendRequest("sleep 0.3; echo done", timeout=10))
-    assert "done" in r.viewport
+    # the backgrounded ones print their pid when they get to it: wait for every marker
+    names = [re.search(r"([A-Z]+)=", c).group(1) for c in ESCAPERS.values()]  # type: ignore[union-attr]
+    wait_for(lambda: all(re.search(rf"\b{n}=\d+", "\n".join(manager.sync.read(agent, sid, 0, 200).lines))
+                         for n in names))
     text = "\n".join(manager.sync.read(agent, sid, 0, 200).lines)
     pids = collect_pids(text)
     assert len(pids) >= len(ESCAPERS), text

@@ -83,11 +83,14 @@ def _start_tree(kernel: Kernel) -> list[ProcessId]:
     kernel.run("%term_open")
     kernel.run("%term_open python")
     cmds = ["echo PID=$$", "sleep 1000 & echo PID=$!", "nohup sleep 1000 >/dev/null 2>&1 & echo PID=$!",
-            "setsid sh -c 'echo PID=$$; exec sleep 1000' &", "sleep 0.3"]
-    text = ""
+            "setsid sh -c 'echo PID=$$; exec sleep 1000' &"]
+    sid = _first_session(kernel)
     for cmd in cmds:
-        text += kernel.run(f"%term_send -s {_first_session(kernel)} {cmd}")[1]
-    pids = kernel.pids(text)
+        kernel.run(f"%term_send -s {sid} {cmd}")
+    # the setsid child prints its pid when it gets to it: wait for all four
+    text = wait_for(lambda: (lambda out: out if len(re.findall(r"PID=\d+", out)) == 4 else "")(
+        kernel.run(f"%term_read -s {sid} --count 100")[1]))
+    pids = kernel.pids(str(text))
     assert len(pids) == 4 and all(is_alive(p) for p in pids)
     return pids
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 from IPython.core.error import UsageError
 
-from dsh_terminal_magics import Agent
+from dsh_terminal_magics import Agent, TerminalError
 from dsh_terminal_magics.notebook.magics import TerminalMagics, split_options
 
 MAGIC_NAMES = TerminalMagics.magics
@@ -217,3 +217,26 @@ def test_remaining_options(ip, capsys, tmp_path):
     ip.run_line_magic("jobs", "--agent helper")
     assert capsys.readouterr().out.strip() == "no jobs"
     assert ip.run_line_magic("job_kill", job).status == "completed"
+
+
+def test_a_deny_policy_refuses_a_foreground_magic_send_exactly_like_a_tool_call(ip, magics):
+    from dsh_terminal_magics.notebook.cards import show_cards
+    from dsh_terminal_magics.tools.policies import deny_commands
+
+    cards = show_cards(magics.tools, display=False)
+    magics.tools.add_policy(deny_commands([r"forbidden"]))
+    try:
+        sid = ip.run_line_magic("term_open", "").session_id
+        with pytest.raises(UsageError) as magic_error:
+            ip.run_line_magic("term_send", "echo forbidden")
+        with pytest.raises(TerminalError) as tool_error:
+            magics.tools.call("terminal_send", {"sessionId": sid, "text": "echo forbidden"}, agent=magics.owner)
+        assert str(magic_error.value) == str(tool_error.value) and "denied by policy 'deny-list'" in str(
+            tool_error.value)
+        assert sum("dsh-card-denied" in card for card in cards.cards) == 2  # the magic's call got its card
+        r = ip.run_line_magic("term_send", "echo allowed-$((6*7))")
+        assert "allowed-42" in r.viewport
+        assert "forbidden" not in ip.run_line_magic("term_read", "").text  # nothing was typed
+    finally:
+        cards.close()
+        magics.tools.policies.clear()
