@@ -15,13 +15,16 @@ Three pure-ish pieces, each owning one concern:
 from __future__ import annotations
 
 import codecs
+import logging
 import re
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import accumulate, islice
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ..ansi import ESCAPE as _ESCAPE, UNFINISHED as _UNFINISHED, render_line
+
+log = logging.getLogger(__name__)
 
 #: C0/C1 controls other than TAB, LF, CR and BS.
 _CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
@@ -404,3 +407,29 @@ class RawRing:
         lost = max(0, start_abs - total_offset)
         begin = max(total_offset, start_abs) - (self.total - len(self._buf))
         return bytes(self._buf[begin:]), lost
+
+
+class OutputListeners:
+    """Callbacks run on the loop thread when a session's output or state changes.
+
+    Registered like ipywidgets' ``CallbackDispatcher``: ``register(cb)`` /
+    ``register(cb, remove=True)``.  A callback that raises is logged and
+    skipped; it never breaks ingest.
+    """
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[], None]] = []
+
+    def register(self, callback: Callable[[], None], remove: bool = False) -> None:
+        if remove:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+        elif callback not in self._callbacks:
+            self._callbacks.append(callback)
+
+    def __call__(self) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback()
+            except Exception:
+                log.exception("a terminal output listener failed (ignored)")

@@ -10,29 +10,23 @@ queries in :mod:`.terminal_replies`.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal as signal_module
 import time
 from dataclasses import dataclass, replace
-from typing import Callable
-
-from ptyprocess import PtyProcess
 
 from ..errors import InvalidArgumentError, SessionBusyError, SessionNotRunningError, TerminalError
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
-from .output import OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
-from .process_tree import ProcessId, TreeToEnd, make_leader_preexec, read_stat, scan_group
+from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
+from .process_tree import TreeToEnd, scan_group
+from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker
 from .send import SendOperation, SendRequest, SendResult
 from .terminal_replies import TerminalReplies
 
-log = logging.getLogger(__name__)
-#: Most foreground processes watched for exit at once (pidfds).
-MAX_EXIT_WATCHES = 16
 
 
 @dataclass(frozen=True)
@@ -65,32 +59,6 @@ class SessionInfo:
     cols: int = 160
 
 
-class OutputListeners:
-    """Callbacks run on the loop thread when a session's output or state changes.
-
-    Registered like ipywidgets' ``CallbackDispatcher``: ``register(cb)`` /
-    ``register(cb, remove=True)``.  A callback that raises is logged and
-    skipped; it never breaks ingest.
-    """
-
-    def __init__(self) -> None:
-        self._callbacks: list[Callable[[], None]] = []
-
-    def register(self, callback: Callable[[], None], remove: bool = False) -> None:
-        if remove:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
-        elif callback not in self._callbacks:
-            self._callbacks.append(callback)
-
-    def __call__(self) -> None:
-        for callback in list(self._callbacks):
-            try:
-                callback()
-            except Exception:
-                log.exception("a terminal output listener failed (ignored)")
-
-
 class Session:
     """A PTY running one backend process, with its output and at most one send at a time."""
 
@@ -108,7 +76,6 @@ class Session:
         self.options = options
         self.loop = loop
         self.status: SessionStatus | str = "starting"
-        self.exit_status: int | None = None
         self.motd = ""
         self.scrollback = ScrollbackBuffer(options.scrollback_lines, options.scrollback_chars)
         self.raw = RawRing(options.raw_bytes)
@@ -130,17 +97,16 @@ class Session:
         #: Set while (and after) the session is being closed; resolves when it is gone.
         self.closing: asyncio.Future[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
-        self._proc: PtyProcess | None = None
-        self._leader: ProcessId | None = None
-        self._slave_fd = -1
-        self._pidfd = -1
-        self._exit_watch: dict[int, int] = {}
-        self._exits_seen = 0
+        self.child: PtyChild | None = None
 
     # -- state -----------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self.child.pid if self.child is not None else None
+
+    @property
+    def exit_status(self) -> int | None:
+        return self.child.exit_status if self.child is not None else None
 
     @property
     def running(self) -> bool:
@@ -162,31 +128,12 @@ class Session:
     def open(self) -> None:
         """Start the backend process on a new PTY (runs on the loop thread)."""
         try:
-            proc = PtyProcess.spawn(self.spec.argv, cwd=self.cwd, env=self.env,
-                                    dimensions=(self.options.rows, self.options.cols),
-                                    preexec_fn=make_leader_preexec(os.getpid()))
-        except OSError as exc:
-            raise TerminalError(f"could not start {self.type!r} session ({' '.join(self.spec.argv)}): "
-                                f"{exc.strerror or exc}; " + _start_advice(exc)) from exc
-        proc.delayafterclose = 0
-        proc.delayafterterminate = 0
-        self._proc = proc
-        os.set_blocking(proc.fd, False)
-        try:
-            tty_path = os.readlink(f"/proc/{proc.pid}/fd/0")  # the child's end: /dev/pts/N
-            self._slave_fd = os.open(tty_path, os.O_RDWR | os.O_NOCTTY)
-        except OSError:
-            tty_path, self._slave_fd = "", -1
-        stat = read_stat(proc.pid)
-        self._leader = ProcessId(proc.pid, stat.start_time if stat else 0)
-        self.probe = ReadinessProbe(proc.fd, self._slave_fd, tty_path, proc.pid)
-        self.loop.add_reader(proc.fd, self._on_readable)
-        try:
-            self._pidfd = os.pidfd_open(proc.pid)
-            self.loop.add_reader(self._pidfd, self._on_leader_exit)
-        except (AttributeError, OSError):
-            self._pidfd = -1
-            self.loop.call_later(0.05, self._poll_leader_exit)
+            child = PtyChild(self.spec.argv, self.cwd, self.env, self.options.rows, self.options.cols, self.loop,
+                             self._ingest, self._child_changed)
+        except TerminalError as exc:
+            raise TerminalError(f"could not start {self.type!r} session: {exc}") from None
+        self.child = child
+        self.probe = ReadinessProbe(child.master_fd, child.slave_fd, child.tty_path, child.pid)
         self.status = "running"
 
     async def wait_started(self) -> str:
@@ -198,32 +145,11 @@ class Session:
         self.motd = "\n".join(filter(None, [self.spec.description, startup[-1024:]]))
         return self.motd
 
-    def _on_leader_exit(self) -> None:
-        if self._pidfd >= 0:
-            self.loop.remove_reader(self._pidfd)
-        self._reap_leader()
-
-    def _poll_leader_exit(self) -> None:
-        if self.running and not self._reap_leader():
-            self.loop.call_later(0.05, self._poll_leader_exit)
-
-    def _reap_leader(self) -> bool:
-        """Collect the leader's exit status if it has exited (never blocks)."""
-        if self._proc is None or self._proc.terminated:
-            return True
-        try:
-            pid, status = os.waitpid(self._proc.pid, os.WNOHANG)
-        except ChildProcessError:
-            pid, status = self._proc.pid, -1
-        if pid == 0:
-            return False
-        self.exit_status = os.waitstatus_to_exitcode(status) if status >= 0 else None
-        self._proc.terminated = True
-        self.drain()
-        if self.running:
+    def _child_changed(self) -> None:
+        """The leader exited, or a watched foreground process did."""
+        if self.child is not None and self.child.exited and self.running:
             self.status = "exited"
         self.wake()
-        return True
 
     def begin_close(self) -> TreeToEnd | None:
         """Mark the session closing; returns what must end (None when it never started)."""
@@ -231,64 +157,28 @@ class Session:
         if self.operation is not None:
             self.operation.cancel_requested = True
         self.wake()
-        if self._leader is None:
+        if self.child is None:
             return None
-        leader_gone = self.exit_status is not None or self._proc is None or self._proc.terminated
-        return TreeToEnd(self._leader, self.token.encode(), leader_gone)
+        return TreeToEnd(self.child.leader, self.token.encode(), self.child.exited)
 
     def finish_close(self) -> None:
         """After the tree has ended: reap, flush, close every fd.  Never blocks."""
-        self._reap_leader()
-        self.drain()
+        if self.child is not None:
+            self.child.reap()
+            self.child.drain()
+            self.child.close_fds()
         if self.recorder is not None:
             self.recorder.close()
             self.recorder = None
-        self._close_fds()
         self.status = "closed"
         self.wake()
         self.listeners()
 
-    def _close_fds(self) -> None:
-        self.stop_watching_exits()
-        if self._proc is not None and not self._proc.closed:
-            _remove_reader(self.loop, self._proc.fd)
-            try:
-                self._proc.fileobj.close()  # the file object owns the master fd: close it exactly once
-            except OSError:
-                pass
-            self._proc.closed = True
-            self._proc.fd = -1
-        if self._pidfd >= 0:
-            _remove_reader(self.loop, self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = -1
-        if self._slave_fd >= 0:
-            os.close(self._slave_fd)
-            self._slave_fd = -1
-
     # -- output -------------------------------------------------------------------------
-    def _on_readable(self) -> None:
-        assert self._proc is not None
-        chunks = []
-        for _ in range(32):
-            try:
-                data = os.read(self._proc.fd, 65536)
-            except BlockingIOError:
-                break
-            except OSError:
-                _remove_reader(self.loop, self._proc.fd)
-                break
-            if not data:
-                _remove_reader(self.loop, self._proc.fd)
-                break
-            chunks.append(data)
-        if chunks:
-            self._ingest(b"".join(chunks))
-
     def drain(self) -> None:
         """Read whatever output is waiting now."""
-        if self._proc is not None and not self._proc.closed:
-            self._on_readable()
+        if self.child is not None:
+            self.child.drain()
 
     def _ingest(self, data: bytes) -> None:
         offset = self.raw.total
@@ -348,40 +238,11 @@ class Session:
     # -- input --------------------------------------------------------------------------------
     def write_now(self, data: bytes) -> int:
         """Write what the PTY takes now; returns the bytes written."""
-        if self._proc is None or self._proc.closed:
-            return 0
-        try:
-            return os.write(self._proc.fd, data)
-        except OSError:
-            return 0
+        return self.child.write_now(data) if self.child is not None else 0
 
     async def write_all(self, data: bytes, deadline: float) -> bool:
         """Write all of ``data``, waiting for room; False when the session ended or ``deadline`` passed."""
-        view = memoryview(data)
-        while view:
-            view = view[self.write_now(bytes(view[:4096])):]
-            if view:
-                if not self.running or time.monotonic() >= deadline:
-                    return False
-                await self._writable(min(0.05, max(deadline - time.monotonic(), 0.0)))
-        return True
-
-    async def _writable(self, timeout: float) -> None:
-        assert self._proc is not None
-        ready = self.loop.create_future()
-        fd = self._proc.fd
-
-        def writable() -> None:
-            if not ready.done():
-                ready.set_result(None)
-
-        self.loop.add_writer(fd, writable)
-        try:
-            await asyncio.wait_for(ready, timeout=timeout)
-        except asyncio.TimeoutError:
-            pass
-        finally:
-            self.loop.remove_writer(fd)
+        return self.running and self.child is not None and await self.child.write_all(data, deadline)
 
     def type_input(self, data: bytes) -> None:
         """Type ``data`` into the terminal without waiting, as a person at the keyboard would."""
@@ -426,10 +287,10 @@ class Session:
     # -- size, recording -------------------------------------------------------------------
     def resize(self, rows: int, cols: int) -> None:
         """Set the terminal size: the program gets SIGWINCH, the screen model follows."""
-        if self._proc is None or self._proc.closed:
+        if self.child is None or self.child.closed:
             raise SessionNotRunningError(f"terminal session {self.session_id!r} is closed")
         self.screen.resize(rows, cols)
-        self._proc.setwinsize(rows, cols)
+        self.child.setwinsize(rows, cols)
         self.options = replace(self.options, rows=rows, cols=cols)
         if self.recorder is not None:
             self.recorder.resize(rows, cols)
@@ -455,39 +316,17 @@ class Session:
 
     def activity(self) -> tuple[int, int]:
         """Changes whenever output arrives or a watched foreground process exits."""
-        return self.scrollback.chars_written, self._exits_seen
+        return self.scrollback.chars_written, self.child.exits_seen if self.child else 0
 
     def watch_foreground_exits(self) -> None:
-        """Wake the session when any process of the foreground group exits (pidfds, loop thread)."""
+        """Wake the session when any process of the foreground group exits (pidfds)."""
         pgid = self.foreground_pgid()
-        members = set(self.probe.group_members(pgid)) if self.probe and pgid > 0 else set()
-        members.discard(self.pid or -1)
-        for pid in list(self._exit_watch):
-            if pid not in members:
-                self._unwatch_exit(pid)
-        for pid in members - set(self._exit_watch):
-            if len(self._exit_watch) >= MAX_EXIT_WATCHES:
-                break
-            try:
-                fd = os.pidfd_open(pid)
-            except (AttributeError, OSError):
-                continue
-            self._exit_watch[pid] = fd
-            self.loop.add_reader(fd, self._foreground_exited, pid)
-
-    def _foreground_exited(self, pid: int) -> None:
-        self._unwatch_exit(pid)
-        self._exits_seen += 1
-        self.wake()
-
-    def _unwatch_exit(self, pid: int) -> None:
-        fd = self._exit_watch.pop(pid)
-        _remove_reader(self.loop, fd)
-        os.close(fd)
+        if self.child is not None and self.probe is not None and pgid > 0:
+            self.child.watch_exits(set(self.probe.group_members(pgid)))
 
     def stop_watching_exits(self) -> None:
-        for pid in list(self._exit_watch):
-            self._unwatch_exit(pid)
+        if self.child is not None:
+            self.child.stop_watching_exits()
 
     def interrupt_foreground(self) -> None:
         pgid = self.foreground_pgid()
@@ -496,21 +335,4 @@ class Session:
                 os.killpg(pgid, signal_module.SIGINT)
             except OSError:
                 pass
-
-
-def _remove_reader(loop: asyncio.AbstractEventLoop, fd: int) -> None:
-    try:
-        loop.remove_reader(fd)
-    except (ValueError, OSError):
-        pass
-
-
-def _start_advice(exc: OSError) -> str:
-    import errno
-
-    if exc.errno in (errno.EMFILE, errno.ENFILE):
-        return "too many open files: close sessions you no longer need, or raise the open-file limit"
-    if exc.errno in (errno.EAGAIN, errno.ENOMEM):
-        return "the system is out of processes or memory: close sessions you no longer need"
-    return "check that the program is installed and runnable"
 

@@ -1,0 +1,226 @@
+"""The process on a PTY: spawn, read, write, reap, watch exits, close.  Loop thread only.
+
+:class:`PtyChild` wraps ``ptyprocess`` (spawn with our session-leader
+preexec) and the descriptors a session needs: the master (non-blocking, read
+as soon as it is readable), a slave descriptor for ``TIOCINQ``, a pidfd for
+the leader's exit, and pidfds watching the foreground group's processes.
+Nothing here blocks: reaping uses ``WNOHANG``, writes wait for room with a
+deadline.
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import time
+from typing import Callable
+
+from ptyprocess import PtyProcess
+
+from ..errors import TerminalError
+from .process_tree import ProcessId, make_leader_preexec, read_stat
+
+#: Most foreground processes watched for exit at once (pidfds).
+MAX_EXIT_WATCHES = 16
+
+
+class PtyChild:
+    """One backend process on a new PTY.
+
+    ``on_output(data)`` receives every chunk read from the master;
+    ``on_change()`` is called when the leader exits or a watched process exits.
+    """
+
+    def __init__(self, argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
+                 loop: asyncio.AbstractEventLoop, on_output: Callable[[bytes], None],
+                 on_change: Callable[[], None]) -> None:
+        self.loop = loop
+        self._on_output = on_output
+        self._on_change = on_change
+        try:
+            self._proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
+                                          preexec_fn=make_leader_preexec(os.getpid()))
+        except OSError as exc:
+            raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
+                                + _start_advice(exc)) from exc
+        proc = self._proc
+        proc.delayafterclose = proc.delayafterterminate = 0
+        self.pid: int = proc.pid
+        self.master_fd: int = proc.fd
+        self.exit_status: int | None = None
+        self.exited = False
+        self.exits_seen = 0
+        self._exit_watch: dict[int, int] = {}
+        os.set_blocking(proc.fd, False)
+        try:
+            self.tty_path = os.readlink(f"/proc/{proc.pid}/fd/0")  # the child's end: /dev/pts/N
+            self.slave_fd = os.open(self.tty_path, os.O_RDWR | os.O_NOCTTY)
+        except OSError:
+            self.tty_path, self.slave_fd = "", -1
+        stat = read_stat(proc.pid)
+        self.leader = ProcessId(proc.pid, stat.start_time if stat else 0)
+        loop.add_reader(proc.fd, self._on_readable)
+        try:
+            self._pidfd = os.pidfd_open(proc.pid)
+            loop.add_reader(self._pidfd, self._leader_exited)
+        except (AttributeError, OSError):
+            self._pidfd = -1
+            loop.call_later(0.05, self._poll_leader)
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._proc.closed)
+
+    # -- output ---------------------------------------------------------------------
+    def _on_readable(self) -> None:
+        chunks = []
+        for _ in range(32):
+            try:
+                data = os.read(self.master_fd, 65536)
+            except BlockingIOError:
+                break
+            except OSError:
+                _remove_reader(self.loop, self.master_fd)
+                break
+            if not data:
+                _remove_reader(self.loop, self.master_fd)
+                break
+            chunks.append(data)
+        if chunks:
+            self._on_output(b"".join(chunks))
+
+    def drain(self) -> None:
+        """Read whatever output is waiting now."""
+        if not self.closed:
+            self._on_readable()
+
+    # -- input ----------------------------------------------------------------------
+    def write_now(self, data: bytes) -> int:
+        """Write what the PTY takes now; returns the bytes written."""
+        if self.closed:
+            return 0
+        try:
+            return os.write(self.master_fd, data)
+        except OSError:
+            return 0
+
+    async def write_all(self, data: bytes, deadline: float) -> bool:
+        """Write all of ``data``, waiting for room; False when the child exited or ``deadline`` passed."""
+        view = memoryview(data)
+        while view:
+            view = view[self.write_now(bytes(view[:4096])):]
+            if view:
+                if self.exited or self.closed or time.monotonic() >= deadline:
+                    return False
+                await self._writable(min(0.05, max(deadline - time.monotonic(), 0.0)))
+        return True
+
+    async def _writable(self, timeout: float) -> None:
+        ready = self.loop.create_future()
+        fd = self.master_fd
+
+        def writable() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        self.loop.add_writer(fd, writable)
+        try:
+            await asyncio.wait_for(ready, timeout=timeout)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            self.loop.remove_writer(fd)
+
+    def setwinsize(self, rows: int, cols: int) -> None:
+        self._proc.setwinsize(rows, cols)
+
+    # -- exits ------------------------------------------------------------------------
+    def _leader_exited(self) -> None:
+        if self._pidfd >= 0:
+            self.loop.remove_reader(self._pidfd)
+        self.reap()
+
+    def _poll_leader(self) -> None:
+        if not self.closed and not self.reap():
+            self.loop.call_later(0.05, self._poll_leader)
+
+    def reap(self) -> bool:
+        """Collect the leader's exit status if it has exited (never blocks); True once it has."""
+        if self.exited:
+            return True
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.pid, -1
+        if pid == 0:
+            return False
+        self.exit_status = os.waitstatus_to_exitcode(status) if status >= 0 else None
+        self.exited = self._proc.terminated = True
+        self.drain()
+        self._on_change()
+        return True
+
+    def watch_exits(self, pids: set[int]) -> None:
+        """Call ``on_change`` when any of ``pids`` exits (pidfds); stop watching the others."""
+        pids = pids - {self.pid}
+        for pid in list(self._exit_watch):
+            if pid not in pids:
+                self._unwatch(pid)
+        for pid in pids - set(self._exit_watch):
+            if len(self._exit_watch) >= MAX_EXIT_WATCHES:
+                break
+            try:
+                fd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                continue
+            self._exit_watch[pid] = fd
+            self.loop.add_reader(fd, self._watched_exit, pid)
+
+    def _watched_exit(self, pid: int) -> None:
+        self._unwatch(pid)
+        self.exits_seen += 1
+        self._on_change()
+
+    def _unwatch(self, pid: int) -> None:
+        fd = self._exit_watch.pop(pid)
+        _remove_reader(self.loop, fd)
+        os.close(fd)
+
+    def stop_watching_exits(self) -> None:
+        for pid in list(self._exit_watch):
+            self._unwatch(pid)
+
+    # -- close --------------------------------------------------------------------------
+    def close_fds(self) -> None:
+        """Close every descriptor (master exactly once, through its file object)."""
+        self.stop_watching_exits()
+        if not self._proc.closed:
+            _remove_reader(self.loop, self.master_fd)
+            try:
+                self._proc.fileobj.close()
+            except OSError:
+                pass
+            self._proc.closed = True
+            self._proc.fd = -1
+        if self._pidfd >= 0:
+            _remove_reader(self.loop, self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = -1
+        if self.slave_fd >= 0:
+            os.close(self.slave_fd)
+            self.slave_fd = -1
+
+
+def _remove_reader(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    try:
+        loop.remove_reader(fd)
+    except (ValueError, OSError):
+        pass
+
+
+def _start_advice(exc: OSError) -> str:
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return "too many open files: close sessions you no longer need, or raise the open-file limit"
+    if exc.errno in (errno.EAGAIN, errno.ENOMEM):
+        return "the system is out of processes or memory: close sessions you no longer need"
+    return "check that the program is installed and runnable"
