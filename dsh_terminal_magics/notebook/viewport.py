@@ -59,7 +59,6 @@ class TerminalViewport(widgets.VBox):
         self._title = title
         self._job_id = job_id
         self._last_html = ""
-        self.refresh_count = 0
         self._rows_override = rows
         self.screen = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.status = widgets.HTML()
@@ -88,7 +87,6 @@ class TerminalViewport(widgets.VBox):
         if screen == self._last_html and status == self.status.value:
             return
         self._last_html = screen
-        self.refresh_count += 1
         with self.screen.hold_sync(), self.status.hold_sync():
             self.screen.value = screen
             self.status.value = status

@@ -7,12 +7,11 @@ so the schemas are byte-identical across calls, processes and hash seeds
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable
 
 from ..errors import InvalidArgumentError
 from pydantic import BaseModel
 
-SchemaFormat = Literal["openai", "anthropic", "json-schema"]
 FORMATS = ("openai", "anthropic", "json-schema")
 
 
