@@ -11,36 +11,65 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import queue
+import threading
 import time
-from typing import IO
 
 from .errors import InvalidArgumentError
 from .vocabulary import COLS_RANGE, ROWS_RANGE
 
 
-class CastRecorder:
-    """Writes one session's raw output, with timings, to an asciinema v2 file."""
+#: Lines waiting for the writer thread; beyond this, events are dropped (and counted), never waited for.
+MAX_PENDING_LINES = 10_000
 
-    def __init__(self, path: str, rows: int, cols: int, title: str = "") -> None:
-        path = os.path.abspath(os.path.expanduser(path))
-        if not os.path.isdir(os.path.dirname(path)):
-            raise InvalidArgumentError(f"cannot record to {path!r}: its directory does not exist; "
-                                       "pick a path in an existing directory")
+
+class CastRecorder:
+    """Writes one session's raw output, with timings, to an asciinema v2 file.
+
+    Create it with :func:`open_recording` (which opens the file).  The
+    session's loop only formats and queues lines; a writer thread of the
+    recorder does every write, so a slow disk or a FIFO whose reader never
+    reads cannot stall the loop - a full queue drops events (``dropped``).
+    """
+
+    def __init__(self, fd: int, path: str, rows: int, cols: int, title: str = "") -> None:
         self.path = path
-        self._file: IO[str] = open(path, "w", encoding="utf-8")
+        self.events = 0
+        self.dropped = 0
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._started = time.monotonic()
-        self.events = 0
+        self._lines: queue.Queue[str | None] = queue.Queue(MAX_PENDING_LINES)
+        self._closed = False
         header = {"version": 2, "width": cols, "height": rows, "timestamp": int(time.time()),
                   "env": {"TERM": "xterm-256color", "SHELL": os.environ.get("SHELL", "/bin/bash")}}
         if title:
             header["title"] = title
-        self._file.write(json.dumps(header) + "\n")
+        self._lines.put(json.dumps(header) + "\n")
+        self._writer = threading.Thread(target=self._write_lines, args=(fd,), name="dsh-terminal-recorder",
+                                        daemon=True)
+        self._writer.start()
+
+    def _write_lines(self, fd: int) -> None:
+        with open(fd, "w", encoding="utf-8", closefd=True) as file:
+            while True:
+                line = self._lines.get()
+                if line is None:
+                    return
+                try:
+                    file.write(line)
+                    file.flush()
+                except OSError:
+                    self.dropped += 1
 
     def _event(self, kind: str, data: str) -> None:
+        if self._closed:
+            return
         elapsed = round(time.monotonic() - self._started, 6)
-        self._file.write(json.dumps([elapsed, kind, data], ensure_ascii=False) + "\n")
-        self.events += 1
+        try:
+            self._lines.put_nowait(json.dumps([elapsed, kind, data], ensure_ascii=False) + "\n")
+            self.events += 1
+        except queue.Full:
+            self.dropped += 1
 
     def output(self, data: bytes) -> None:
         text = self._decoder.decode(data)
@@ -51,12 +80,76 @@ class CastRecorder:
         self._event("r", f"{cols}x{rows}")
 
     def close(self) -> None:
-        if self._file.closed:
+        """Finish the file (the writer thread writes what is queued, then closes it); never blocks."""
+        if self._closed:
             return
         rest = self._decoder.decode(b"", final=True)
         if rest:
             self._event("o", rest)
-        self._file.close()
+        self._closed = True
+        try:
+            self._lines.put_nowait(None)
+        except queue.Full:  # the writer is stuck (a FIFO nobody reads): abandon the rest
+            pass
+
+
+    def wait_written(self, timeout: float) -> bool:
+        """Wait (up to ``timeout`` seconds, off the loop) until the file is complete; False if it is not."""
+        self._writer.join(timeout)
+        return not self._writer.is_alive()
+
+
+def open_recording(path: str, rows: int, cols: int, title: str = "", confine_to: str | None = None) -> CastRecorder:
+    """Open ``path`` for a new recording (blocking file I/O: call it off the session loop).
+
+    With ``confine_to`` (recordings a model asks for) the path must be relative,
+    without ``..``, inside that directory with no symlink on the way, and a
+    new regular file: an existing file, a FIFO or a device is refused.
+    Without it (the notebook user) any path in an existing directory goes; a
+    FIFO without a reader is refused instead of waiting for one.
+    """
+    if confine_to is not None:
+        fd, shown = _open_confined(path, confine_to)
+    else:
+        shown = os.path.abspath(os.path.expanduser(path))
+        if not os.path.isdir(os.path.dirname(shown)):
+            raise InvalidArgumentError(f"cannot record to {shown!r}: its directory does not exist; "
+                                       "pick a path in an existing directory")
+        try:
+            fd = os.open(shown, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot record to {shown!r}: {exc.strerror}") from None
+        os.set_blocking(fd, True)
+    return CastRecorder(fd, shown, rows, cols, title)
+
+
+def _open_confined(path: str, root: str) -> tuple[int, str]:
+    parts = path.replace("\\", "/").split("/")
+    if os.path.isabs(path) or not path or ".." in parts or any(p in ("", ".") for p in parts):
+        raise InvalidArgumentError(f"recording path {path!r} must be a plain relative path inside the recordings "
+                                   f"directory {root} (no leading '/', no '..'), e.g. 'demo.cast'")
+    os.makedirs(root, exist_ok=True)
+    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
+            except OSError as exc:
+                raise InvalidArgumentError(f"cannot record to {path!r}: {part!r} is not a directory inside {root} "
+                                           f"({exc.strerror}); symlinks are not followed") from None
+            os.close(directory)
+            directory = inner
+        try:
+            fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                         dir_fd=directory)
+        except FileExistsError:
+            raise InvalidArgumentError(f"cannot record to {path!r}: something already exists there (recordings "
+                                       "are new files only); pick a new name") from None
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot record to {path!r}: {exc.strerror}") from None
+        return fd, os.path.join(root, *parts)
+    finally:
+        os.close(directory)
 
 
 def read_cast(path: str) -> tuple[dict, list[tuple[float, str, str]]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import functools
 import atexit
 import os
 import secrets
@@ -28,7 +29,7 @@ from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
 from .process_tree import SESSION_TOKEN_ENV, end_trees
-from ..asciicast import CastRecorder
+from ..asciicast import open_recording
 from .send import SendOperation, SendRequest, SendResult
 from .session import Session, SessionInfo, SessionOptions
 from .watchdog import Watchdog
@@ -185,14 +186,23 @@ class SessionManager:
         session.resize(rows, cols)
         return rows, cols
 
-    async def record(self, owner: object, session_id: str, action: str, path: str | None = None) -> tuple[str, int]:
-        """Start (``action="start"``, ``path``) or stop an asciinema v2 recording; returns (path, events)."""
+    async def record(self, owner: object, session_id: str, action: str, path: str | None = None,
+                     confine_to: str | None = None) -> tuple[str, int]:
+        """Start (``action="start"``, ``path``) or stop an asciinema v2 recording; returns (path, events).
+
+        ``confine_to``: the directory a recording must stay inside (see
+        :func:`~dsh_terminal_magics.asciicast.open_recording`).  The file is
+        opened in a worker thread: the loop never waits on the file system.
+        """
         session = self.session(owner, session_id)
         if action == "start":
             if not path:
                 raise InvalidArgumentError("starting a recording needs a path, e.g. 'session.cast'")
+            session.check_not_recording()
             rows, cols = session.size()
-            recorder = CastRecorder(path, rows, cols, title=session.name or session.session_id)
+            recorder = await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(open_recording, path, rows, cols, session.name or session.session_id,
+                                        confine_to))
             try:
                 session.start_recording(recorder)
             except BaseException:
@@ -201,6 +211,7 @@ class SessionManager:
             return recorder.path, 0
         if action == "stop":
             recorder = session.stop_recording()
+            await asyncio.get_running_loop().run_in_executor(None, recorder.wait_written, 5.0)
             return recorder.path, recorder.events
         raise InvalidArgumentError(f"action must be 'start' or 'stop', got {action!r}")
 

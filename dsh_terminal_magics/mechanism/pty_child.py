@@ -37,6 +37,7 @@ class PtyChild:
         self.loop = loop
         self._on_output = on_output
         self._on_change = on_change
+        _check_descriptors_left()
         try:
             self._proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
                                           preexec_fn=make_leader_preexec(os.getpid()))
@@ -218,9 +219,31 @@ def _remove_reader(loop: asyncio.AbstractEventLoop, fd: int) -> None:
         pass
 
 
+#: Descriptors a new session needs (master, slave, pidfd, the child's setup pipe, exit watches, /proc reads).
+FDS_PER_SESSION = 8
+
+
+def _check_descriptors_left() -> None:
+    """Refuse to start when this process is about to run out of file descriptors (clear error, nothing spawned)."""
+    import resource
+
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE) or "out of pty devices" in str(exc):
+            used = soft
+        else:
+            return
+    if soft != resource.RLIM_INFINITY and used + FDS_PER_SESSION > soft:
+        raise TerminalError(f"too many open files: this process uses {used} of its {soft} file descriptors "
+                            "(RLIMIT_NOFILE); close sessions you no longer need, or raise the limit")
+
+
 def _start_advice(exc: OSError) -> str:
-    if exc.errno in (errno.EMFILE, errno.ENFILE):
-        return "too many open files: close sessions you no longer need, or raise the open-file limit"
+    if exc.errno in (errno.EMFILE, errno.ENFILE) or "out of pty devices" in str(exc):
+        return ("out of file descriptors or pseudo-terminals: close sessions you no longer need, or raise the "
+                "open-file limit")
     if exc.errno in (errno.EAGAIN, errno.ENOMEM):
         return "the system is out of processes or memory: close sessions you no longer need"
     return "check that the program is installed and runnable"

@@ -295,10 +295,15 @@ class Session:
         if self.recorder is not None:
             self.recorder.resize(rows, cols)
 
-    def start_recording(self, recorder: CastRecorder) -> None:
+    def check_not_recording(self) -> None:
         if self.recorder is not None:
             raise InvalidArgumentError(f"terminal session {self.session_id!r} is already recording to "
                                        f"{self.recorder.path}: stop that recording first")
+
+    def start_recording(self, recorder: CastRecorder) -> None:
+        self.check_not_recording()
+        if self.status == "closed":
+            raise SessionNotRunningError(f"terminal session {self.session_id!r} closed while the recording opened")
         self.recorder = recorder
 
     def stop_recording(self) -> CastRecorder:

@@ -1,6 +1,7 @@
 """Tool configuration, validated when loaded."""
 from __future__ import annotations
 
+import os
 from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
@@ -39,6 +40,14 @@ class ToolsConfig(BaseModel):
                                         le=MAX_SAFE_INTEGER)
     enable_terminal_extensions: StrictBool = Field(True, alias="enableTerminalExtensions")
     shell_environment_policy: Optional[EnvironmentPolicyConfig] = Field(None, alias="shellEnvironmentPolicy")
+    record_dir: Optional[StrictStr] = Field(None, alias="recordDir", min_length=1)
+
+    def recordings_directory(self, workspace_root: str | None) -> str:
+        """Where ``terminal_record`` from a tool call may write: ``recordDir``, by default
+        ``recordings/`` under the workspace root."""
+        if self.record_dir is not None:
+            return os.path.abspath(os.path.expanduser(self.record_dir))
+        return os.path.join(os.path.abspath(workspace_root or os.getcwd()), "recordings")
 
     @property
     def environment(self) -> EnvironmentPolicy:
@@ -48,7 +57,8 @@ class ToolsConfig(BaseModel):
         return self.shell_environment_policy.policy()
 
 
-CONFIG_KEYS = ("enableRunInBackground", "maxResultBytes", "enableTerminalExtensions", "shellEnvironmentPolicy")
+CONFIG_KEYS = ("enableRunInBackground", "maxResultBytes", "enableTerminalExtensions", "shellEnvironmentPolicy",
+               "recordDir")
 
 
 def load_config(config: dict[str, Any] | ToolsConfig | None) -> ToolsConfig:

@@ -32,6 +32,8 @@ class ToolContext:
     jobs: JobRegistry
     max_result_bytes: int
     environment: Callable[[Agent], EnvironmentPolicy]
+    #: The directory ``agent``'s recordings are confined to (None: the notebook user, unconfined).
+    recordings: Callable[[Agent], "str | None"]
 
 
 def send_request(a: SendArgsForeground, cap: int) -> SendRequest:
@@ -137,7 +139,7 @@ async def terminal_resize(ctx: ToolContext, a: ResizeArgs, agent: Agent) -> Resi
 
 
 async def terminal_record(ctx: ToolContext, a: RecordArgs, agent: Agent) -> RecordResult:
-    path, events = await ctx.manager.record(agent, a.session_id, a.action, a.path)
+    path, events = await ctx.manager.record(agent, a.session_id, a.action, a.path, ctx.recordings(agent))
     return RecordResult(session_id=a.session_id, action=a.action, path=path, events=events)
 
 

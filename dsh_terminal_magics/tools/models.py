@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, RootModel, StrictBool, StrictInt,
-                      StrictStr)
+                      StrictStr, model_validator)
 
 from ..vocabulary import (COLS_RANGE, DEFAULT_READ_LINES, MAX_READ_LINES, MAX_WAIT_SECONDS, ROWS_RANGE, JobStatus,
                           SessionStatus, SignalName, WaitReason, signal_name)
@@ -22,8 +22,31 @@ def _canonical_signal(value: Any) -> Any:
         return value
 
 
+def _check_strings(value: Any, where: str) -> None:
+    """Refuse text no terminal or file system can carry: lone surrogates anywhere, NUL in names and paths."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{where} contains a lone surrogate ({value[exc.start]!r}), which is not valid "
+                             "Unicode: send valid UTF-8 text") from None
+        if "\x00" in value and where != "text":
+            raise ValueError(f"{where} contains a NUL byte, which no name or path can hold: remove it")
+    elif isinstance(value, list):
+        for item in value:
+            _check_strings(item, where)
+
+
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _carryable(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for key, value in data.items():
+                _check_strings(value, str(key))
+        return data
 
 
 class _Result(BaseModel):

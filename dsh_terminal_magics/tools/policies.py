@@ -41,10 +41,10 @@ class PolicyError(TerminalError):
 class PolicyDenied(TerminalError):
     """A policy refused the call; nothing was executed."""
 
-    def __init__(self, policy: str, reason: str) -> None:
-        super().__init__(f"denied by policy {policy!r}: {reason}")
+    def __init__(self, policy: str, reason: object) -> None:
         self.policy = policy
-        self.reason = reason
+        self.reason = str(reason) if reason is not None else "no reason given"
+        super().__init__(f"denied by policy {policy!r}: {self.reason}")
 
 
 @dataclass(frozen=True)

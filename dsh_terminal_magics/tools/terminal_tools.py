@@ -80,10 +80,13 @@ class TerminalTools:
         return tool_models(self.config.enable_run_in_background, self.config.enable_terminal_extensions)
 
     def _context(self) -> ToolContext:
-        return ToolContext(self.manager, self.jobs, self.max_result_bytes, self._environment)
+        return ToolContext(self.manager, self.jobs, self.max_result_bytes, self._environment, self._recordings)
 
     def _environment(self, agent: Agent) -> EnvironmentPolicy:
         return self.user_environment if agent is self.user else self.config.environment
+
+    def _recordings(self, agent: Agent) -> str | None:
+        return None if agent is self.user else self.config.recordings_directory(self.manager.workspace_root)
 
     # -- calls ----------------------------------------------------------------------------
     def call(self, name: str, args: dict[str, Any] | None = None, *, agent: Agent | None = None,
@@ -129,14 +132,14 @@ class TerminalTools:
         """
         try:
             return self.render(self.call(name, args, agent=agent))
-        except TerminalError as exc:
+        except Exception as exc:  # the contract: errors come back as text, whatever they are
             return self.render_error(exc)
 
     async def acall_text(self, name: str, args: dict[str, Any] | None = None, *,
                          agent: Agent | None = None) -> str | list[dict[str, Any]]:
         try:
             return self.render(await self.acall(name, args, agent=agent))
-        except TerminalError as exc:
+        except Exception as exc:
             return self.render_error(exc)
 
     def _execute(self, call: ToolCall, parsed: BaseModel, on_output: Callable[[str], None] | None,
@@ -266,7 +269,10 @@ class TerminalTools:
         """An error as the capped text a model sees."""
         if isinstance(exc, PolicyDenied):
             return render_capped(["[denied]", f"[policy: {exc.policy}]"], exc.reason, self.max_result_bytes)
-        return render_capped(["[error]"], str(exc), self.max_result_bytes)
+        if isinstance(exc, TerminalError):
+            return render_capped(["[error]"], str(exc), self.max_result_bytes)
+        return render_capped(["[error]"], f"internal error ({type(exc).__name__}: {exc}); the call may not have "
+                             "completed - check with terminal_list", self.max_result_bytes)
 
     # -- lifecycle --------------------------------------------------------------------------
     def close_owner(self, agent: Agent) -> None:

@@ -9,7 +9,16 @@ from IPython.core.error import UsageError
 from dsh_terminal_magics import TerminalError
 
 
-def test_keys_resize_and_record_through_the_tools(tools, agent, tmp_path):
+def test_keys_resize_and_record_through_the_tools(agent, tmp_path):
+    from dsh_terminal_magics import TerminalTools
+    tools = TerminalTools(config={"recordDir": str(tmp_path)})
+    try:
+        _keys_resize_and_record(tools, agent, tmp_path)
+    finally:
+        tools.shutdown()
+
+
+def _keys_resize_and_record(tools, agent, tmp_path):
     sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
     r = tools.call("terminal_send", {"sessionId": sid, "text": "echo abc", "submit": False,
                                      "keys": ["Left", "Left", "X", "Enter"]}, agent=agent)
@@ -19,7 +28,7 @@ def test_keys_resize_and_record_through_the_tools(tools, agent, tmp_path):
     assert tools.call_text("terminal_resize", {"sessionId": sid, "rows": 1, "cols": 120},
                            agent=agent).startswith("[error]")
     cast = tmp_path / "t.cast"
-    started = tools.call_text("terminal_record", {"sessionId": sid, "action": "start", "path": str(cast)},
+    started = tools.call_text("terminal_record", {"sessionId": sid, "action": "start", "path": "t.cast"},
                               agent=agent)
     assert started.startswith(f"sessionId: {sid} recording: start")
     tools.call("terminal_send", {"sessionId": sid, "text": "echo recorded"}, agent=agent)
