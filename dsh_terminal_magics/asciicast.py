@@ -50,16 +50,19 @@ class CastRecorder:
         self._writer.start()
 
     def _write_lines(self, fd: int) -> None:
-        with open(fd, "w", encoding="utf-8", closefd=True) as file:
+        try:
             while True:
                 line = self._lines.get()
                 if line is None:
                     return
+                data = line.encode("utf-8", "surrogateescape")
                 try:
-                    file.write(line)
-                    file.flush()
-                except OSError:
+                    while data:
+                        data = data[os.write(fd, data):]
+                except OSError:  # a reader that went away, a full disk: the event is lost, the session is not
                     self.dropped += 1
+        finally:
+            os.close(fd)
 
     def _event(self, kind: str, data: str) -> None:
         if self._closed:

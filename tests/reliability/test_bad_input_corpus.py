@@ -87,7 +87,9 @@ TOOL_CASES = [
     ("terminal_record", {"sessionId": "$SID", "action": "start"}, "needs a path"),
     ("terminal_record", {"sessionId": "$SID", "action": "pause"}, "argument 'action'"),
     ("terminal_record", {"sessionId": "$SID", "action": "start", "path": "/no/such/dir/x.cast"},
-     "directory does not exist"),
+     "must be a plain relative path"),
+    ("terminal_record", {"sessionId": "$SID", "action": "start", "path": "no/such/dir/x.cast"},
+     "is not a directory inside"),
     ("terminal_launch", {}, "unknown tool 'terminal_launch'"),
     ("terminal_list", ["not", "a", "dict"], "arguments must be a JSON object"),
 ]

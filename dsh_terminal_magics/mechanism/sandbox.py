@@ -1,0 +1,113 @@
+"""The opt-in sandbox: a session's shell runs under bubblewrap (``bwrap``) with a seccomp filter.
+
+Modes (config ``sandbox``):
+
+* ``off`` - no sandbox (the default);
+* ``workspace-write`` - the whole file system read-only except the session's
+  ``cwd`` and a private ``/tmp``;
+* ``read-only`` - no writes at all except the private ``/tmp``.
+
+In both modes the session gets its own pid namespace (its processes cannot
+see or signal anything outside it, and when its init ends everything in it
+ends, kernel death included), no network unless ``sandboxNetwork``, and a
+seccomp filter that refuses ``TIOCSTI``/``TIOCLINUX`` (keystroke injection
+into a terminal).  ``/dev`` is the host's, so the session's terminal and the
+observed readiness work exactly as outside.  When the sandbox cannot be set
+up, opening the session fails with the reason - it never runs unsandboxed.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import struct
+import subprocess
+from dataclasses import dataclass
+from typing import Literal
+
+from ..errors import BackendError
+
+SandboxMode = Literal["off", "read-only", "workspace-write"]
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+_IOCTL_NR = {"x86_64": 16, "aarch64": 29}
+#: ioctls that inject input into a terminal.
+_DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
+_SECCOMP_RET_ALLOW = 0x7FFF0000
+_SECCOMP_RET_ERRNO_EPERM = 0x00050000 | 1
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How to wrap a session's command; ``mode="off"`` wraps nothing."""
+
+    mode: SandboxMode = "off"
+    network: bool = False
+
+    def wrap(self, argv: list[str], cwd: str) -> tuple[list[str], list[int]]:
+        """``(argv, fds to pass)``: the command under bwrap, and the seccomp filter's descriptor."""
+        if self.mode == "off":
+            return argv, []
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise BackendError(f"sandbox {self.mode!r} needs bubblewrap, which is not installed: install it "
+                               "(Debian/Ubuntu: apt-get install bubblewrap) or set sandbox to 'off'")
+        check_bwrap_works(bwrap)
+        filter_fd = seccomp_filter_fd()
+        args = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+                "--tmpfs", "/tmp", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
+                "--seccomp", str(filter_fd)]
+        if not self.network:
+            args.append("--unshare-net")
+        if self.mode == "workspace-write":
+            args += ["--bind", cwd, cwd]
+        args += ["--chdir", cwd, "--"]
+        return args + argv, [filter_fd]
+
+
+def seccomp_filter_fd() -> int:
+    """A pipe's read end holding the compiled filter (what ``bwrap --seccomp FD`` reads)."""
+    machine = platform.machine()
+    if machine not in _AUDIT_ARCH:
+        raise BackendError(f"the sandbox's seccomp filter is not available on {machine}: set sandbox to 'off'")
+    program = seccomp_program(_AUDIT_ARCH[machine], _IOCTL_NR[machine])
+    read_end, write_end = os.pipe()
+    os.write(write_end, program)
+    os.close(write_end)
+    os.set_inheritable(read_end, True)
+    return read_end
+
+
+def seccomp_program(audit_arch: int, ioctl_nr: int) -> bytes:
+    """Classic BPF: refuse ``ioctl(fd, TIOCSTI | TIOCLINUX, …)`` with EPERM, allow everything else."""
+    ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
+    denied = len(_DENIED_IOCTLS)
+    insns = [
+        (ld_w_abs, 0, 0, 4),                       # A = seccomp_data.arch
+        (jeq_k, 0, 3 + denied, audit_arch),        # another architecture: allow
+        (ld_w_abs, 0, 0, 0),                       # A = seccomp_data.nr
+        (jeq_k, 0, 1 + denied, ioctl_nr),          # not ioctl: allow
+        (ld_w_abs, 0, 0, 24),                      # A = low word of args[1] (the request)
+    ]
+    for index, request in enumerate(_DENIED_IOCTLS):
+        insns.append((jeq_k, denied - index, 0, request))  # a denied request: jump to the EPERM return
+    insns += [(ret_k, 0, 0, _SECCOMP_RET_ALLOW), (ret_k, 0, 0, _SECCOMP_RET_ERRNO_EPERM)]
+    return b"".join(struct.pack("HBBI", *insn) for insn in insns)
+
+
+_WORKS: dict[str, str] = {}
+
+
+def check_bwrap_works(bwrap: str) -> None:
+    """Run bwrap once (cached) so a machine that forbids its namespaces gets the reason at open."""
+    if bwrap not in _WORKS:
+        try:
+            out = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--", "true"],
+                                 capture_output=True, text=True, timeout=20)
+            _WORKS[bwrap] = "" if out.returncode == 0 else (out.stderr.strip() or f"exit status {out.returncode}")
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            _WORKS[bwrap] = str(exc)
+    if _WORKS[bwrap]:
+        raise BackendError(f"the sandbox cannot be set up on this machine: bwrap fails ({_WORKS[bwrap]}); "
+                           "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 or "
+                           "the AppArmor userns restriction) or set sandbox to 'off'")
