@@ -142,10 +142,16 @@ AGENT = [
 `TerminalTools` exposes the six terminal tools plus `job_output` / `job_kill` with schemas a
 tool-calling API accepts, typed results, and capped text results for the model.
 """),
+    md("Agents' sessions run in the bubblewrap sandbox here (`workspace-write`: writes only in the session's "
+       "directory and a private `/tmp`, no network, no keystroke injection, their own pid namespace) and see a "
+       "scrubbed environment (no `*KEY*`, `*TOKEN*`, `*SECRET*` … variables). Without `bwrap` installed, "
+       "opening a sandboxed session fails with the reason, so this notebook checks first."),
     code("""import json
 from dsh_terminal_magics import Agent, TerminalTools, TerminalError
+from dsh_terminal_magics.tools import sandbox_problem
 
-tools = TerminalTools(config={"maxResultBytes": 4096})
+SANDBOX = "off" if sandbox_problem() else "workspace-write"  # needs bubblewrap (apt-get install bubblewrap)
+tools = TerminalTools(config={"maxResultBytes": 4096, "sandbox": SANDBOX})
 [s["function"]["name"] for s in tools.schemas(format="openai")]"""),
     md("## Schemas\nThe same pydantic models validate the calls and generate the schemas "
        "(OpenAI, Anthropic, plain JSON Schema). They are byte-stable across runs."),

@@ -30,6 +30,7 @@ from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
 from .process_tree import SESSION_TOKEN_ENV, end_trees
 from ..asciicast import open_recording
+from .sandbox import Sandbox
 from .send import SendOperation, SendRequest, SendResult
 from .session import Session, SessionInfo, SessionOptions
 from .watchdog import Watchdog
@@ -89,7 +90,7 @@ class SessionManager:
     # -- operations (coroutines on the loop) -------------------------------------------
     async def open(self, owner: object, type: str = "shell", *, name: str | None = None, cwd: str | None = None,
                    options: SessionOptions | None = None,
-                   environment: EnvironmentPolicy = AGENT_DEFAULT) -> SessionInfo:
+                   environment: EnvironmentPolicy = AGENT_DEFAULT, sandbox: Sandbox = Sandbox()) -> SessionInfo:
         """Open a session of backend ``type``; returns once its program first waits for input."""
         if owner is None:
             raise TerminalError("terminal tools require an initiating agent")
@@ -113,7 +114,7 @@ class SessionManager:
         env = session_environment(environment, os.environ, {**BASE_ENV, **spec.env}, {SESSION_TOKEN_ENV: token})
         session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
                           cwd=where, env=env, token=token, options=options or self.options,
-                          loop=self.loop_thread.loop)
+                          loop=self.loop_thread.loop, sandbox=sandbox)
         session.open()
         self._sessions[session_id] = session
         try:

@@ -33,17 +33,20 @@ class PtyChild:
 
     def __init__(self, argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
                  loop: asyncio.AbstractEventLoop, on_output: Callable[[bytes], None],
-                 on_change: Callable[[], None]) -> None:
+                 on_change: Callable[[], None], pass_fds: tuple[int, ...] = ()) -> None:
         self.loop = loop
         self._on_output = on_output
         self._on_change = on_change
         _check_descriptors_left()
         try:
             self._proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
-                                          preexec_fn=make_leader_preexec(os.getpid()))
+                                          preexec_fn=make_leader_preexec(os.getpid()), pass_fds=pass_fds)
         except OSError as exc:
             raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
                                 + _start_advice(exc)) from exc
+        finally:
+            for fd in pass_fds:  # the child has its copies
+                os.close(fd)
         proc = self._proc
         proc.delayafterclose = proc.delayafterterminate = 0
         self.pid: int = proc.pid

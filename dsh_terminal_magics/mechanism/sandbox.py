@@ -44,6 +44,13 @@ class Sandbox:
     mode: SandboxMode = "off"
     network: bool = False
 
+    def describe(self) -> str:
+        """One line for the session's motd ("" when off)."""
+        if self.mode == "off":
+            return ""
+        network = "network on" if self.network else "no network"
+        return f"sandbox: {self.mode} (bubblewrap, own pid namespace, {network}, no TIOCSTI)"
+
     def wrap(self, argv: list[str], cwd: str) -> tuple[list[str], list[int]]:
         """``(argv, fds to pass)``: the command under bwrap, and the seccomp filter's descriptor."""
         if self.mode == "off":
@@ -59,8 +66,7 @@ class Sandbox:
                 "--seccomp", str(filter_fd)]
         if not self.network:
             args.append("--unshare-net")
-        if self.mode == "workspace-write":
-            args += ["--bind", cwd, cwd]
+        args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", cwd, cwd]  # also when under /tmp
         args += ["--chdir", cwd, "--"]
         return args + argv, [filter_fd]
 
@@ -111,3 +117,15 @@ def check_bwrap_works(bwrap: str) -> None:
         raise BackendError(f"the sandbox cannot be set up on this machine: bwrap fails ({_WORKS[bwrap]}); "
                            "allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 or "
                            "the AppArmor userns restriction) or set sandbox to 'off'")
+
+
+def sandbox_problem() -> str | None:
+    """Why the sandbox cannot be used on this machine (None when it can)."""
+    try:
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            raise BackendError("bubblewrap (bwrap) is not installed")
+        check_bwrap_works(bwrap)
+    except BackendError as exc:
+        return str(exc)
+    return None

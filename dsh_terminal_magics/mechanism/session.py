@@ -19,9 +19,10 @@ from ..errors import InvalidArgumentError, SessionBusyError, SessionNotRunningEr
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
-from .process_tree import TreeToEnd, scan_group
+from .process_tree import TreeToEnd, descendants, process_table, scan_group
 from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
+from .sandbox import Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker
 from .send import SendOperation, SendRequest, SendResult
@@ -64,7 +65,7 @@ class Session:
 
     def __init__(self, *, session_id: str, owner: object, name: str | None, type_name: str,
                  spec: LaunchSpec, cwd: str, env: dict[str, str], token: str, options: SessionOptions,
-                 loop: asyncio.AbstractEventLoop) -> None:
+                 loop: asyncio.AbstractEventLoop, sandbox: Sandbox = Sandbox()) -> None:
         self.session_id = session_id
         self.owner = owner
         self.name = name
@@ -73,6 +74,9 @@ class Session:
         self.cwd = cwd
         self.env = env
         self.token = token
+        self.sandbox = sandbox
+        #: The shell (or REPL) itself: the spawned process, or the one under a sandbox's wrapper.
+        self._shell_pid: int | None = None
         self.options = options
         self.loop = loop
         self.status: SessionStatus | str = "starting"
@@ -102,6 +106,9 @@ class Session:
     # -- state -----------------------------------------------------------------------
     @property
     def pid(self) -> int | None:
+        """The shell's pid (under a sandbox, the shell inside it, not the wrapper)."""
+        if self._shell_pid is not None:
+            return self._shell_pid
         return self.child.pid if self.child is not None else None
 
     @property
@@ -127,9 +134,10 @@ class Session:
     # -- lifecycle -----------------------------------------------------------------------
     def open(self) -> None:
         """Start the backend process on a new PTY (runs on the loop thread)."""
+        argv, pass_fds = self.sandbox.wrap(self.spec.argv, self.cwd)
         try:
-            child = PtyChild(self.spec.argv, self.cwd, self.env, self.options.rows, self.options.cols, self.loop,
-                             self._ingest, self._child_changed)
+            child = PtyChild(argv, self.cwd, self.env, self.options.rows, self.options.cols, self.loop,
+                             self._ingest, self._child_changed, tuple(pass_fds))
         except TerminalError as exc:
             raise TerminalError(f"could not start {self.type!r} session: {exc}") from None
         self.child = child
@@ -141,9 +149,19 @@ class Session:
         op = self.start_send(SendRequest(text="", submit=False, timeout=self.options.start_timeout,
                                          idle=self.options.start_timeout), holder="start-up")
         result = await op.future
+        self._find_shell()
         startup = result.viewport.strip()
-        self.motd = "\n".join(filter(None, [self.spec.description, startup[-1024:]]))
+        self.motd = "\n".join(filter(None, [self.spec.description, self.sandbox.describe(), startup[-1024:]]))
         return self.motd
+
+    def _find_shell(self) -> None:
+        """Under a wrapper (the sandbox), the shell is whoever holds the foreground at the first prompt."""
+        if self.child is None or self.probe is None:
+            return
+        foreground = self.foreground_pgid()
+        if foreground > 0 and foreground != self.child.pid and foreground in descendants([self.child.pid],
+                                                                                          process_table()):
+            self._shell_pid = self.probe.leader_pid = foreground
 
     def _child_changed(self) -> None:
         """The leader exited, or a watched foreground process did."""

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from ..errors import ConfigError
-from ..mechanism import AGENT_DEFAULT, EnvironmentPolicy
+from ..mechanism import AGENT_DEFAULT, EnvironmentPolicy, Sandbox
 from ..vocabulary import MAX_SAFE_INTEGER, MIN_MAX_RESULT_BYTES, max_result_bytes_problem
 
 
@@ -41,6 +41,13 @@ class ToolsConfig(BaseModel):
     enable_terminal_extensions: StrictBool = Field(True, alias="enableTerminalExtensions")
     shell_environment_policy: Optional[EnvironmentPolicyConfig] = Field(None, alias="shellEnvironmentPolicy")
     record_dir: Optional[StrictStr] = Field(None, alias="recordDir", min_length=1)
+    sandbox: Literal["off", "read-only", "workspace-write"] = "off"
+    sandbox_network: StrictBool = Field(False, alias="sandboxNetwork")
+
+    @property
+    def sandbox_setup(self) -> Sandbox:
+        """How agents' sessions are sandboxed."""
+        return Sandbox(self.sandbox, self.sandbox_network)
 
     def recordings_directory(self, workspace_root: str | None) -> str:
         """Where ``terminal_record`` from a tool call may write: ``recordDir``, by default
@@ -58,7 +65,7 @@ class ToolsConfig(BaseModel):
 
 
 CONFIG_KEYS = ("enableRunInBackground", "maxResultBytes", "enableTerminalExtensions", "shellEnvironmentPolicy",
-               "recordDir")
+               "recordDir", "sandbox", "sandboxNetwork")
 
 
 def load_config(config: dict[str, Any] | ToolsConfig | None) -> ToolsConfig:

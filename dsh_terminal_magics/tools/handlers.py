@@ -12,7 +12,7 @@ from typing import Any, Callable, Coroutine
 from pydantic import BaseModel
 
 from ..jobs import JobHandle, JobOutcome, JobRegistry
-from ..mechanism import EnvironmentPolicy, SendOperation, SendRequest, SendResult, SessionManager
+from ..mechanism import EnvironmentPolicy, Sandbox, SendOperation, SendRequest, SendResult, SessionManager
 from ..mechanism.manager import wait_interruptible
 from ..owners import Agent
 from .models import (BackgroundSendResult, CloseArgs, CloseResult, ForegroundSendResult, JobKillArgs,
@@ -34,6 +34,8 @@ class ToolContext:
     environment: Callable[[Agent], EnvironmentPolicy]
     #: The directory ``agent``'s recordings are confined to (None: the notebook user, unconfined).
     recordings: Callable[[Agent], "str | None"]
+    #: How ``agent``'s sessions are sandboxed.
+    sandbox: Callable[[Agent], Sandbox]
 
 
 def send_request(a: SendArgsForeground, cap: int) -> SendRequest:
@@ -59,7 +61,8 @@ def foreground_result(r: SendResult) -> ForegroundSendResult:
 
 
 async def terminal_open(ctx: ToolContext, a: OpenArgs, agent: Agent) -> OpenResult:
-    info = await ctx.manager.open(agent, a.type, name=a.name, cwd=a.cwd, environment=ctx.environment(agent))
+    info = await ctx.manager.open(agent, a.type, name=a.name, cwd=a.cwd, environment=ctx.environment(agent),
+                                  sandbox=ctx.sandbox(agent))
     return OpenResult(session_id=info.session_id, name=info.name, type=info.type, pid=info.pid,
                       status=info.status, motd=info.motd)
 

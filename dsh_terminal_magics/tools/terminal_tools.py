@@ -21,7 +21,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import InvalidArgumentError, TerminalError
 from ..jobs import JobInfo, JobRegistry
-from ..mechanism import EnvironmentPolicy, SessionManager, SessionOptions, USER_DEFAULT
+from ..mechanism import EnvironmentPolicy, Sandbox, SessionManager, SessionOptions, USER_DEFAULT
 from ..mechanism.manager import shutdown_all as _shutdown_all_managers
 from ..owners import Agent
 from .config import ToolsConfig, load_config
@@ -80,10 +80,14 @@ class TerminalTools:
         return tool_models(self.config.enable_run_in_background, self.config.enable_terminal_extensions)
 
     def _context(self) -> ToolContext:
-        return ToolContext(self.manager, self.jobs, self.max_result_bytes, self._environment, self._recordings)
+        return ToolContext(self.manager, self.jobs, self.max_result_bytes, self._environment, self._recordings,
+                           self._sandbox)
 
     def _environment(self, agent: Agent) -> EnvironmentPolicy:
         return self.user_environment if agent is self.user else self.config.environment
+
+    def _sandbox(self, agent: Agent) -> Sandbox:
+        return Sandbox() if agent is self.user else self.config.sandbox_setup
 
     def _recordings(self, agent: Agent) -> str | None:
         return None if agent is self.user else self.config.recordings_directory(self.manager.workspace_root)

@@ -1,0 +1,124 @@
+"""The opt-in bubblewrap sandbox: what it confines, and that everything else works inside it as outside."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from dsh_terminal_magics import Agent, TerminalError, TerminalTools
+from dsh_terminal_magics.mechanism.process_tree import process_table
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                                reason="bubblewrap is not installed (CI installs it)")
+
+
+@pytest.fixture
+def sandboxed(tmp_path):
+    def make(mode: str = "workspace-write", **config):
+        tools = TerminalTools(config={"sandbox": mode, **config})
+        agent = Agent("sandboxed")
+        work = tmp_path / mode
+        work.mkdir(exist_ok=True)
+        opened = tools.call("terminal_open", {"type": "shell", "cwd": str(work)}, agent=agent)
+        made.append(tools)
+
+        def send(text: str, **extra):
+            return tools.call("terminal_send", {"sessionId": opened.session_id, "text": text, **extra}, agent=agent)
+        return tools, agent, opened, work, send
+    made: list[TerminalTools] = []
+    yield make
+    for tools in made:
+        tools.shutdown()
+
+
+def test_workspace_write_confines_writes_network_and_injection(sandboxed, tmp_path):
+    tools, agent, opened, work, send = sandboxed()
+    assert "sandbox: workspace-write" in opened.motd
+    outside = Path.home() / f".dsh-sandbox-probe-{os.getpid()}"  # writable on the host, outside cwd and /tmp
+    r = send(f"echo x > {outside}; echo rc=$?")
+    assert "rc=1" in r.viewport and "Read-only file system" in r.viewport and not outside.exists()
+    assert send("echo hi > inside.txt && cat inside.txt").exit_code == 0 and (work / "inside.txt").exists()
+    assert send("echo t > /tmp/private.txt && cat /tmp/private.txt").exit_code == 0
+    assert not os.path.exists("/tmp/private.txt")  # a private /tmp
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    port = listener.getsockname()[1]
+    try:
+        r = send(f"timeout 5 bash -c 'echo > /dev/tcp/127.0.0.1/{port}'; echo rc=$?")
+        assert "rc=1" in r.viewport, r.viewport
+    finally:
+        listener.close()
+    r = send("python3 -c 'import fcntl, termios; fcntl.ioctl(0, termios.TIOCSTI, b\"x\")'")
+    assert r.exit_code == 1 and "Operation not permitted" in r.viewport
+    r = send("ps -e -o pid= | wc -l")  # its own pid namespace: only the session's processes
+    assert int(r.viewport.splitlines()[1]) < 10
+
+
+def test_read_only_mode(sandboxed):
+    tools, agent, opened, work, send = sandboxed("read-only")
+    r = send("echo x > here.txt; echo rc=$?; echo y > /tmp/t && cat /tmp/t")
+    assert "rc=1" in r.viewport and "y" in r.viewport.splitlines()[-2] and not (work / "here.txt").exists()
+
+
+def test_readiness_signals_exit_codes_screens_and_jobs_work_inside(sandboxed):
+    tools, agent, opened, work, send = sandboxed()
+    started = time.monotonic()
+    r = send("read -p 'name? ' x")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("name? ") and time.monotonic() - started < 1.5
+    send("bob")  # the answer to the prompt
+    assert send("echo hello $x").viewport.splitlines()[1] == "hello bob"
+    assert send("false").exit_code == 1
+    send("sleep 100", timeout=0.5, idle=10)
+    sig = tools.call("terminal_signal", {"sessionId": opened.session_id, "signal": "INT"}, agent=agent)
+    assert sig.target_pgid != opened.pid
+    assert "back-42" in send("echo back-$((6*7))").viewport.splitlines()
+    with pytest.raises(TerminalError, match="use terminal_close"):
+        tools.call("terminal_signal", {"sessionId": opened.session_id, "signal": "KILL"}, agent=agent)
+    if shutil.which("vim") or os.environ.get("CI"):
+        r = send("vim -u NONE note.txt")
+        assert r.wait_reason == "stdin_read" and r.screen is not None
+        send("", submit=False, keys=["i", *"sandboxed", "Esc"])
+        send(":wq")
+        assert (work / "note.txt").read_text() == "sandboxed\n"
+    job = tools.call("terminal_send", {"sessionId": opened.session_id, "text": "for i in 1 2 3; do echo j$i; done",
+                                       "run_in_background": True}, agent=agent).job_id
+    for _ in range(200):
+        out = tools.call("job_output", {"jobId": job}, agent=agent)
+        if out.status != "running":
+            break
+        time.sleep(0.05)
+    assert out.status == "completed"
+
+
+def test_close_leaves_nothing_of_a_sandboxed_session(sandboxed):
+    tools, agent, opened, work, send = sandboxed()
+    markers = (b"sleep\x001000.4242\x00", b"sleep\x001001.4242\x00")  # unique: found in /proc by argv
+    send("setsid sleep 1000.4242 & nohup sleep 1001.4242 >/dev/null 2>&1 &")
+
+    def alive() -> list[int]:
+        return [p for p, st in process_table().items() if not st.gone and _cmdline(p) in markers]
+
+    wait_for(lambda: len(alive()) == 2)
+    tools.call("terminal_close", {"sessionId": opened.session_id}, agent=agent)
+    assert alive() == []
+
+
+def test_no_bubblewrap_means_no_session(sandboxed, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH
+    with pytest.raises(TerminalError, match="apt-get install bubblewrap"):
+        sandboxed()
+    monkeypatch.undo()
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
