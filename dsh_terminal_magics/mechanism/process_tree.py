@@ -52,8 +52,21 @@ class ProcessStat:
 
     @property
     def gone(self) -> bool:
-        """A zombie or dead process: it runs no more code."""
-        return self.state in "ZX"
+        """It runs no more code: a zombie or dead process whose threads have all ended too (a thread-group
+        leader that called ``pthread_exit`` shows ``Z`` while its other threads run on)."""
+        return self.state in "ZX" and not _live_thread(self.pid)
+
+
+def _live_thread(pid: int) -> bool:
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tids:
+        raw = read_proc(f"/proc/{pid}/task/{tid}/stat")
+        if raw is not None and raw[raw.rindex(b")") + 2:][:1] not in (b"Z", b"X"):
+            return True
+    return False
 
 
 def parse_stat(raw: str, pid: int) -> ProcessStat:

@@ -39,27 +39,44 @@ _SECCOMP_RET_ERRNO_EPERM = 0x00050000 | 1
 
 @dataclass(frozen=True)
 class Sandbox:
-    """How to wrap a session's command; ``mode="off"`` wraps nothing."""
+    """How to wrap a session's command.
+
+    ``mode="off"`` with ``contain=False`` wraps nothing (containment by process
+    tracking); ``contain=True`` alone gives the session its own pid namespace
+    and nothing else (no file system, network or seccomp restrictions).
+    """
 
     mode: SandboxMode = "off"
     network: bool = False
+    contain: bool = False
+
+    @property
+    def wrapped(self) -> bool:
+        return self.mode != "off" or self.contain
 
     def describe(self) -> str:
-        """One line for the session's motd ("" when off)."""
-        if self.mode == "off":
-            return ""
-        network = "network on" if self.network else "no network"
-        return f"sandbox: {self.mode} (bubblewrap, own pid namespace, {network}, no TIOCSTI)"
+        """One line for the session's motd: what confines and what contains the session."""
+        if self.mode != "off":
+            network = "network on" if self.network else "no network"
+            return (f"sandbox: {self.mode} (bubblewrap, {network}, no TIOCSTI); containment: pid namespace - "
+                    "everything the session starts ends with it")
+        if self.contain:
+            return "containment: pid namespace (bubblewrap) - everything the session starts ends with it"
+        return "containment: process tracking (subreaper, start times, token)"
 
     def wrap(self, argv: list[str], cwd: str) -> tuple[list[str], list[int]]:
         """``(argv, fds to pass)``: the command under bwrap, and the seccomp filter's descriptor."""
-        if self.mode == "off":
+        if not self.wrapped:
             return argv, []
+        what = f"sandbox {self.mode!r}" if self.mode != "off" else "containment 'namespace'"
         bwrap = shutil.which("bwrap")
         if bwrap is None:
-            raise BackendError(f"sandbox {self.mode!r} needs bubblewrap, which is not installed: install it "
-                               "(Debian/Ubuntu: apt-get install bubblewrap) or set sandbox to 'off'")
+            raise BackendError(f"{what} needs bubblewrap, which is not installed: install it "
+                               "(Debian/Ubuntu: apt-get install bubblewrap) or turn it off")
         check_bwrap_works(bwrap)
+        if self.mode == "off":
+            return [bwrap, "--dev-bind", "/", "/", "--proc", "/proc", "--unshare-pid", "--die-with-parent",
+                    "--chdir", cwd, "--", *argv], []
         filter_fd = seccomp_filter_fd()
         args = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
                 "--tmpfs", "/tmp", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",

@@ -7,7 +7,7 @@ from typing import Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from ..errors import ConfigError
-from ..mechanism import AGENT_DEFAULT, EnvironmentPolicy, Sandbox
+from ..mechanism import AGENT_DEFAULT, EnvironmentPolicy, Sandbox, sandbox_problem
 from ..vocabulary import MAX_SAFE_INTEGER, MIN_MAX_RESULT_BYTES, max_result_bytes_problem
 
 
@@ -43,11 +43,14 @@ class ToolsConfig(BaseModel):
     record_dir: Optional[StrictStr] = Field(None, alias="recordDir", min_length=1)
     sandbox: Literal["off", "read-only", "workspace-write"] = "off"
     sandbox_network: StrictBool = Field(False, alias="sandboxNetwork")
+    containment: Literal["auto", "namespace", "tracking"] = "auto"
 
     @property
     def sandbox_setup(self) -> Sandbox:
-        """How agents' sessions are sandboxed."""
-        return Sandbox(self.sandbox, self.sandbox_network)
+        """How agents' sessions are sandboxed and contained (``auto``: a pid namespace where bubblewrap
+        works, process tracking elsewhere)."""
+        contain = self.containment == "namespace" or (self.containment == "auto" and sandbox_problem() is None)
+        return Sandbox(self.sandbox, self.sandbox_network, contain)
 
     def recordings_directory(self, workspace_root: str | None) -> str:
         """Where ``terminal_record`` from a tool call may write: ``recordDir``, by default
@@ -65,7 +68,7 @@ class ToolsConfig(BaseModel):
 
 
 CONFIG_KEYS = ("enableRunInBackground", "maxResultBytes", "enableTerminalExtensions", "shellEnvironmentPolicy",
-               "recordDir", "sandbox", "sandboxNetwork")
+               "recordDir", "sandbox", "sandboxNetwork", "containment")
 
 
 def load_config(config: dict[str, Any] | ToolsConfig | None) -> ToolsConfig:

@@ -111,8 +111,11 @@ def world():
                                                "run_in_background": True}, agent=me).job_id
     ids["$FOREIGN_JOB"] = tools.call("terminal_send", {"sessionId": ids["$FOREIGN"], "text": "sleep 1000",
                                                        "run_in_background": True}, agent=other).job_id
-    session = tools.manager.loop_thread.call(tools.manager.session, me, ids["$BUSY"])
-    wait_for(lambda: session.foreground_pgid() not in (0, session.pid))
+    for owner, sid in ((me, ids["$BUSY"]), (other, ids["$FOREIGN"])):
+        session = tools.manager.loop_thread.call(tools.manager.session, owner, sid)
+        wait_for(lambda: session.foreground_pgid() not in (0, session.pid))
+        # steady state: the jobs' waits watch their sleep for exit (a pidfd each) before any test runs
+        wait_for(lambda: tools.manager.loop_thread.call(lambda: bool(session.child._exit_watch)))
     yield tools, me, other, ids
     tools.shutdown()
 

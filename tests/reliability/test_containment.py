@@ -1,0 +1,156 @@
+"""Escapes: nothing an agent's session starts outlives it - whatever it does to its parent links, its
+environment or the watchdog.  The checker looks for each process by a unique marker in its argv, in
+/proc, independently of the mechanism under test."""
+from __future__ import annotations
+
+import os
+import platform
+import secrets
+import signal
+import sys
+import textwrap
+import time
+
+import pytest
+
+from dsh_terminal_magics import Agent, TerminalTools
+from dsh_terminal_magics.tools import sandbox_problem
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.skipif(sandbox_problem() is not None and not os.environ.get("CI"),
+                                reason="namespace containment needs bubblewrap (CI installs it)")
+
+
+def running_with(marker: str) -> list[int]:
+    """Pids whose argv holds ``marker`` and that still run code (any thread not a zombie)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                if marker.encode() not in f.read():
+                    continue
+            states = []
+            for tid in os.listdir(f"/proc/{name}/task"):
+                with open(f"/proc/{name}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+        except OSError:
+            continue
+        if any(state not in "ZX" for state in states):
+            found.append(int(name))
+    return found
+
+
+@pytest.fixture
+def contained():
+    tools = TerminalTools()
+    agent = Agent("escape-artist")
+    opened = tools.call("terminal_open", {"type": "shell"}, agent=agent)
+    assert "containment: pid namespace" in opened.motd
+    yield tools, agent, opened.session_id
+    tools.shutdown()
+
+
+def send(tools, agent, sid, text, **extra):
+    return tools.call("terminal_send", {"sessionId": sid, "text": text, **extra}, agent=agent)
+
+
+ZOMBIE_LEADER = textwrap.dedent("""
+    import ctypes, signal, sys, threading, time
+    for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    def work():
+        while True:
+            time.sleep(0.05)
+    threading.Thread(target=work).start()
+    ctypes.CDLL(None).pthread_exit(None)
+""")
+
+CLONE_PARENT = textwrap.dedent("""
+    import ctypes, os, sys, time
+    libc = ctypes.CDLL(None, use_errno=True)
+    nr = {"x86_64": 56, "aarch64": 220}[__import__("platform").machine()]
+    pid = libc.syscall(nr, 0x8000 | 17, 0, 0, 0, 0)  # clone(CLONE_PARENT | SIGCHLD)
+    if pid == 0:
+        for sig in (1, 2, 15):  # SIGHUP, SIGINT, SIGTERM stay ignored across exec
+            __import__("signal").signal(sig, __import__("signal").SIG_IGN)
+        os.execv("/bin/sleep", ["sleep", sys.argv[1]])
+    time.sleep(1000)
+""")
+
+
+def test_a_zombie_leader_with_a_live_thread_is_ended(contained, tmp_path):
+    tools, agent, sid = contained
+    marker = f"zombie-{secrets.token_hex(4)}"
+    script = tmp_path / "zombie.py"
+    script.write_text(ZOMBIE_LEADER)
+    send(tools, agent, sid, f"{sys.executable} {script} {marker} &")
+    wait_for(lambda: running_with(marker))
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+    assert running_with(marker) == []
+
+
+def test_an_orphan_without_the_token_after_the_shell_exited(contained):
+    tools, agent, sid = contained
+    marker = f"{1000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
+    r = send(tools, agent, sid, f"setsid -f env -i sleep {marker} >/dev/null 2>&1; exit")
+    assert r.wait_reason == "session_exit"
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+    assert running_with(f"sleep\0{marker}") == []
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="raw clone syscall numbers")
+def test_clone_parent_from_the_session_leader(contained, tmp_path):
+    tools, agent, sid = contained
+    marker = f"{1000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
+    script = tmp_path / "clone_parent.py"
+    script.write_text(CLONE_PARENT)
+    send(tools, agent, sid, f"exec env -i {sys.executable} {script} {marker}", timeout=3, idle=1)
+    wait_for(lambda: running_with(f"sleep\0{marker}"))
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+    assert running_with(f"sleep\0{marker}") == []
+
+
+def test_shutdown_ends_every_escape(tmp_path):
+    tools = TerminalTools()
+    agent = Agent("escapes")
+    marker = f"{1000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    send(tools, agent, sid, f"setsid -f env -i sleep {marker} >/dev/null 2>&1")
+    sid2 = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    send(tools, agent, sid2, f"setsid -f env -i sleep {marker} >/dev/null 2>&1; exit")
+    wait_for(lambda: len(running_with(f"sleep\0{marker}")) >= 1)
+    tools.shutdown()
+    assert running_with(f"sleep\0{marker}") == []
+
+
+def test_killing_the_watchdog_then_the_kernel_leaves_nothing(tmp_path):
+    """A kernel whose agent's session kills the watchdog and then the kernel itself is SIGKILLed."""
+    from tests.notebook.test_kernel import Kernel
+
+    marker = f"{1000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
+    kernel = Kernel()
+    try:
+        status, out = kernel.run(textwrap.dedent(f"""
+            from dsh_terminal_magics import Agent, TerminalTools
+            from dsh_terminal_magics.mechanism.watchdog import Watchdog
+            tools, agent = TerminalTools(), Agent("a")
+            sid = tools.call("terminal_open", {{"type": "shell"}}, agent=agent).session_id
+            wd = Watchdog._proc.pid
+            print(tools.call_text("terminal_send", {{"sessionId": sid,
+                  "text": f"kill -9 {{wd}}; setsid -f env -i sleep {marker} >/dev/null 2>&1; echo planted"}},
+                  agent=agent))
+        """))
+        assert status == "ok" and "planted" in out, out
+        wait_for(lambda: running_with(f"sleep\0{marker}"))
+        os.kill(kernel.km.provisioner.process.pid, signal.SIGKILL)
+        started = time.monotonic()
+        wait_for(lambda: running_with(f"sleep\0{marker}") == [], timeout=10)
+        print(f"\nkernel SIGKILLed with its watchdog dead: escapes gone in {time.monotonic() - started:.2f}s",
+              file=sys.stderr)
+    finally:
+        try:
+            kernel.stop()
+        except Exception:
+            pass
