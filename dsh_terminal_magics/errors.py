@@ -45,6 +45,10 @@ class SessionNotRunningError(TerminalError):
     """The session's process has exited or the session is closing."""
 
 
+class SessionLimitError(TerminalError):
+    """A cap on open sessions (per agent or per kernel) was reached."""
+
+
 class InvalidArgumentError(TerminalError, ValueError):
     """An argument has the wrong type, range or value."""
 

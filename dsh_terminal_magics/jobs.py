@@ -84,12 +84,23 @@ class Job:
     finished: asyncio.Future[None] | None = None
 
 
+#: Most unread output one job keeps for later ``job_output`` calls (bytes; the oldest is dropped first).
+MAX_RETAINED_OUTPUT_BYTES = 1024 * 1024
 #: Finished jobs remembered per owner (the oldest are forgotten first; running jobs are always kept).
 MAX_FINISHED_JOBS = 256
 
 
 def _nothing() -> None:
     return None
+
+
+def keep_newest_bytes(text: str, limit: int) -> str:
+    """``text`` cut to its newest ``limit`` UTF-8 bytes, with a line saying how much was dropped."""
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    kept = data[len(data) - limit:].decode("utf-8", "ignore")
+    return f"[{len(data) - len(kept.encode('utf-8', 'surrogatepass'))} bytes of unread output dropped]\n" + kept
 
 
 def split_utf8(text: str, budget: int) -> tuple[str, str]:
@@ -147,7 +158,7 @@ class JobRegistry:
             outcome = JobOutcome("failed", f"{type(exc).__name__}: {exc}")
         job.status, job.detail = outcome.status, outcome.detail
         # Keep what no one has read yet, then let go of the run (and the session it holds).
-        job.carry += job.handle.read_output()
+        job.carry = keep_newest_bytes(job.carry + job.handle.read_output(), MAX_RETAINED_OUTPUT_BYTES)
         job.handle = JobHandle(cancel=_nothing, done=cast("Awaitable[JobOutcome]", job.finished), read_output=str)
         job.finished.set_result(None)
         self._forget_old_jobs(job.owner)
@@ -167,7 +178,7 @@ class JobRegistry:
         job = self.job(owner, job_id)
         assert job.handle is not None
         status, detail = job.status, job.detail  # read before the output so a final read is complete
-        text = job.carry + job.handle.read_output()
+        text = keep_newest_bytes(job.carry + job.handle.read_output(), MAX_RETAINED_OUTPUT_BYTES)
         limit = budget(status, detail) if budget is not None else job.output_limit
         head, job.carry = split_utf8(text, limit)
         return JobRead(job.job_id, status, head, detail, more=bool(job.carry))

@@ -20,7 +20,8 @@ import secrets
 import weakref
 from dataclasses import dataclass
 
-from ..errors import InvalidArgumentError, SessionNotRunningError, TerminalError, UnknownSessionError
+from ..errors import (InvalidArgumentError, SessionLimitError, SessionNotRunningError, TerminalError,
+                      UnknownSessionError)
 from ..owners import new_id
 from ..vocabulary import COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE, SIGNALS, signal_name, \
     wait_seconds_problem
@@ -47,6 +48,9 @@ class Page:
     truncated: bool
 
 _PROCESS_TOKEN = secrets.token_hex(8)
+#: Open sessions one owner may have (default), and all owners of all managers in this process together.
+MAX_SESSIONS_PER_OWNER = 64
+MAX_SESSIONS_PER_PROCESS = 256
 _MANAGERS: "weakref.WeakSet[SessionManager]" = weakref.WeakSet()
 
 
@@ -60,8 +64,10 @@ class SessionManager:
     """
 
     def __init__(self, *, workspace_root: str | None = None, options: SessionOptions | None = None,
-                 registry: BackendRegistry | None = None, loop_thread: EventLoopThread | None = None) -> None:
+                 registry: BackendRegistry | None = None, loop_thread: EventLoopThread | None = None,
+                 max_sessions_per_owner: int = MAX_SESSIONS_PER_OWNER) -> None:
         self.workspace_root = workspace_root
+        self.max_sessions_per_owner = max_sessions_per_owner
         self.options = options or SessionOptions()
         self.registry = registry or BackendRegistry()
         self.loop_thread = loop_thread or EventLoopThread.shared()
@@ -103,6 +109,7 @@ class SessionManager:
             raise InvalidArgumentError(
                 f"cwd {cwd!r} is not an existing directory: pass an existing directory, "
                 f"or omit cwd to start in the workspace root {root}")
+        self._check_caps(owner)
         if name is not None and any(s.owner is owner and s.name == name and s.status != "closed"
                                     for s in self._sessions.values()):
             raise InvalidArgumentError(
@@ -123,6 +130,16 @@ class SessionManager:
             await self._close([session])
             raise
         return session.snapshot()
+
+    def _check_caps(self, owner: object) -> None:
+        mine = sum(1 for s in self._sessions.values() if s.owner is owner)
+        if mine >= self.max_sessions_per_owner:
+            raise SessionLimitError(f"you already have {mine} open terminal sessions, the most one agent may "
+                                    f"have ({self.max_sessions_per_owner}): close some with terminal_close first")
+        everyone = sum(len(m._sessions) for m in _MANAGERS)
+        if everyone >= MAX_SESSIONS_PER_PROCESS:
+            raise SessionLimitError(f"this kernel already runs {everyone} terminal sessions, the most it allows "
+                                    f"({MAX_SESSIONS_PER_PROCESS}): close sessions that no longer matter")
 
     def begin_send(self, owner: object, session_id: str, request: SendRequest, holder: str) -> SendOperation:
         """Take the session's send reservation for ``holder`` and start the send (loop thread)."""

@@ -57,6 +57,8 @@ class ReadinessProbe:
         self.slave_fd = slave_fd
         self.tty_path = tty_path
         self.leader_pid = leader_pid
+        #: True when the leader is the shell itself (not a wrapper such as bubblewrap around it).
+        self.leader_alone = True
         self.available = HAVE_PROC and bool(_SYSCALLS)
         try:
             #: The pts's device number, as ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal.
@@ -127,8 +129,8 @@ class ReadinessProbe:
         leader and the members seen last time finds every member without
         scanning all of ``/proc``; when that finds nothing, one full scan does.
         """
-        if pgid == self.leader_pid:
-            return [pgid]
+        if pgid == self.leader_pid and self.leader_alone:
+            return [pgid]  # the shell at its prompt: its jobs run in groups of their own
         seeds = [pgid, *_children(self.leader_pid)]  # a pipeline's members are the shell's children
         if self._group_cache is not None and self._group_cache[0] == pgid:
             seeds += self._group_cache[1]

@@ -142,6 +142,7 @@ class Session:
             raise TerminalError(f"could not start {self.type!r} session: {exc}") from None
         self.child = child
         self.probe = ReadinessProbe(child.master_fd, child.slave_fd, child.tty_path, child.pid)
+        self.probe.leader_alone = not self.sandbox.wrapped
         self.status = "running"
 
     async def wait_started(self) -> str:
@@ -162,6 +163,7 @@ class Session:
         if foreground > 0 and foreground != self.child.pid and foreground in descendants([self.child.pid],
                                                                                           process_table()):
             self._shell_pid = self.probe.leader_pid = foreground
+            self.probe.leader_alone = True
 
     def _child_changed(self) -> None:
         """The leader exited, or a watched foreground process did."""

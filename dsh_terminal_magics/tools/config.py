@@ -44,6 +44,7 @@ class ToolsConfig(BaseModel):
     sandbox: Literal["off", "read-only", "workspace-write"] = "off"
     sandbox_network: StrictBool = Field(False, alias="sandboxNetwork")
     containment: Literal["auto", "namespace", "tracking"] = "auto"
+    max_sessions_per_agent: StrictInt = Field(64, alias="maxSessionsPerAgent", ge=1, le=256)
 
     @property
     def sandbox_setup(self) -> Sandbox:
@@ -68,7 +69,7 @@ class ToolsConfig(BaseModel):
 
 
 CONFIG_KEYS = ("enableRunInBackground", "maxResultBytes", "enableTerminalExtensions", "shellEnvironmentPolicy",
-               "recordDir", "sandbox", "sandboxNetwork", "containment")
+               "recordDir", "sandbox", "sandboxNetwork", "containment", "maxSessionsPerAgent")
 
 
 def load_config(config: dict[str, Any] | ToolsConfig | None) -> ToolsConfig:

@@ -57,7 +57,8 @@ class TerminalTools:
                  workspace_root: str | None = None, session_options: SessionOptions | None = None,
                  user: Agent | None = None, user_environment: EnvironmentPolicy = USER_DEFAULT) -> None:
         self.config = load_config(config)
-        self.manager = manager or SessionManager(workspace_root=workspace_root, options=session_options)
+        self.manager = manager or SessionManager(workspace_root=workspace_root, options=session_options,
+                                                 max_sessions_per_owner=self.config.max_sessions_per_agent)
         self.jobs = jobs or JobRegistry(self.manager.loop_thread)
         self.jobs.declare_kind(JOB_KIND)
         self._loop = self.manager.loop_thread
@@ -202,6 +203,7 @@ class TerminalTools:
         """Replace the config (validated first; a bad one raises and the old one stays).  Calls already
         running keep the limits they started with."""
         self.config = load_config(config)
+        self.manager.max_sessions_per_owner = self.config.max_sessions_per_agent
 
     def set_session_defaults(self, **options: Any) -> None:
         """Defaults for sessions opened from now on (``scrollback_lines``, ``rows``, ``cols`` …)."""

@@ -1,0 +1,151 @@
+"""Limits and hangs: one agent can take neither the kernel's loop, nor its memory, nor another agent's
+results."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from dsh_terminal_magics import Agent, TerminalError, TerminalTools
+from dsh_terminal_magics import jobs as jobs_module
+from dsh_terminal_magics.errors import SessionLimitError
+from dsh_terminal_magics.tools.recordings import CastPlayer
+from tests.conftest import wait_for
+
+
+def test_sessions_per_agent_are_capped_and_others_still_open():
+    tools = TerminalTools(config={"maxSessionsPerAgent": 3})
+    greedy, other = Agent("greedy"), Agent("other")
+    try:
+        for _ in range(3):
+            tools.call("terminal_open", {"type": "shell"}, agent=greedy)
+        with pytest.raises(SessionLimitError, match=r"the most one agent may have \(3\)"):
+            tools.call("terminal_open", {"type": "shell"}, agent=greedy)
+        assert tools.call("terminal_open", {"type": "shell"}, agent=other).status == "running"
+    finally:
+        tools.shutdown()
+
+
+def _finish(tools, agent, job_id):
+    wait_for(lambda: tools.call("job_output", {"jobId": job_id}, agent=agent).status != "running"
+             if False else tools.jobs.sync.list(agent) and all(
+                 j.status != "running" for j in tools.jobs.sync.list(agent) if j.job_id == job_id))
+
+
+def test_another_agents_jobs_never_evict_your_unread_result(monkeypatch):
+    monkeypatch.setattr(jobs_module, "MAX_FINISHED_JOBS", 5)
+    tools = TerminalTools()
+    me, noisy = Agent("me"), Agent("noisy")
+    try:
+        mine = tools.call("terminal_open", {"type": "shell"}, agent=me).session_id
+        theirs = tools.call("terminal_open", {"type": "shell"}, agent=noisy).session_id
+        job = tools.call("terminal_send", {"sessionId": mine, "text": "echo my-result-$((6*7))",
+                                           "run_in_background": True}, agent=me).job_id
+        _finish(tools, me, job)
+        for _ in range(8):
+            j = tools.call("terminal_send", {"sessionId": theirs, "text": "true", "run_in_background": True},
+                           agent=noisy).job_id
+            _finish(tools, noisy, j)
+        assert len(tools.jobs.sync.list(noisy)) == 5  # their own retention is capped
+        assert "my-result-42" in tools.call("job_output", {"jobId": job}, agent=me).output
+    finally:
+        tools.shutdown()
+
+
+def test_retained_unread_output_is_capped_in_bytes(monkeypatch):
+    monkeypatch.setattr(jobs_module, "MAX_RETAINED_OUTPUT_BYTES", 10_000)
+    tools = TerminalTools(config={"maxResultBytes": 1_000_000})
+    agent = Agent("flood")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        job = tools.call("terminal_send", {"sessionId": sid, "text": "python3 -c \"print('é' * 100 + '\\\\n', "
+                                           "end='' ) \" ; for i in $(seq 1 400); do echo ééééééééééééééééééééé-$i; "
+                                           "done", "run_in_background": True}, agent=agent).job_id
+        _finish(tools, agent, job)
+        out = tools.call("job_output", {"jobId": job}, agent=agent).output
+        assert len(out.encode()) <= 10_000 + 100 and "bytes of unread output dropped" in out
+        assert "-400" in out  # the newest output is what stays
+    finally:
+        tools.shutdown()
+
+
+def test_the_send_timeout_covers_the_write(tmp_path):
+    tools = TerminalTools()
+    agent = Agent("writer")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        tools.call("terminal_send", {"sessionId": sid, "text": "python3 -c 'import tty, time; tty.setraw(0); "
+                                     "time.sleep(100)'", "timeout": 2, "idle": 1}, agent=agent)
+        started = time.monotonic()
+        r = tools.call("terminal_send", {"sessionId": sid, "text": "x" * 1_000_000, "timeout": 2}, agent=agent)
+        assert r.wait_reason == "timeout" and time.monotonic() - started < 6
+    finally:
+        tools.shutdown()
+
+
+@pytest.mark.parametrize("header, event", [
+    ({"version": 2, "width": 100_000_000, "height": 24}, None),
+    ({"version": 2, "width": 80, "height": 24}, [0.1, "r", "100000000x100"]),
+    ({"version": 2, "width": 80, "height": "lots"}, None),
+])
+def test_a_crafted_recording_is_refused_at_once(tmp_path, header, event):
+    cast = tmp_path / "crafted.cast"
+    lines = [json.dumps(header), json.dumps([0.0, "o", "hi"])] + ([json.dumps(event)] if event else [])
+    cast.write_text("\n".join(lines) + "\n")
+    started = time.monotonic()
+    with pytest.raises(TerminalError, match="terminal: sizes must be"):
+        CastPlayer(str(cast))
+    assert time.monotonic() - started < 2
+
+
+FD_EXHAUSTION = textwrap.dedent("""
+    import resource, sys, time
+    from dsh_terminal_magics import Agent, TerminalTools
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+    tools = TerminalTools(config={"recordDir": sys.argv[1], "maxSessionsPerAgent": 256})
+    greedy, other = Agent("greedy"), Agent("other")
+    victim = tools.call("terminal_open", {"type": "shell"}, agent=other).session_id
+    opened, errors = [], []
+    while True:
+        text = tools.call_text("terminal_open", {"type": "shell"}, agent=greedy)
+        if text.startswith("[error]"):
+            errors.append(text)
+            break
+        opened.append(text.split()[1])
+    for i, sid in enumerate(opened):
+        text = tools.call_text("terminal_record", {"sessionId": sid, "action": "start", "path": f"r{i}.cast"},
+                               agent=greedy)
+        if text.startswith("[error]"):
+            errors.append(text)
+            break
+    started = time.monotonic()
+    r = tools.call("terminal_send", {"sessionId": victim, "text": "echo hi", "timeout": 2}, agent=other)
+    print("VICTIM", r.wait_reason, round(time.monotonic() - started, 2))
+    started = time.monotonic()
+    tools.call("terminal_close", {"sessionId": opened[0]}, agent=greedy)
+    print("CLOSE", round(time.monotonic() - started, 2))
+    started = time.monotonic()
+    tools.shutdown()
+    print("SHUTDOWN", round(time.monotonic() - started, 2))
+    print("OPENED", len(opened))
+    for e in errors:
+        print("ERROR", e.replace(chr(10), " "))
+""")
+
+
+def test_fd_exhaustion_never_hangs_the_kernel(tmp_path):
+    script = tmp_path / "exhaust.py"
+    script.write_text(FD_EXHAUSTION)
+    out = subprocess.run([sys.executable, str(script), str(tmp_path / "rec")], capture_output=True, text=True,
+                         timeout=240, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
+    assert lines["VICTIM"].split()[0] == "stdin_read" and float(lines["VICTIM"].split()[1]) < 3
+    assert float(lines["CLOSE"]) < 10 and float(lines["SHUTDOWN"]) < 60
+    assert int(lines["OPENED"]) >= 5
+    assert "too many open files" in out.stdout and "check that the program is installed" not in out.stdout
