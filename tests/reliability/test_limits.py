@@ -149,3 +149,31 @@ def test_fd_exhaustion_never_hangs_the_kernel(tmp_path):
     assert float(lines["CLOSE"]) < 10 and float(lines["SHUTDOWN"]) < 60
     assert int(lines["OPENED"]) >= 5
     assert "too many open files" in out.stdout and "check that the program is installed" not in out.stdout
+
+
+def test_finished_jobs_do_not_keep_closed_sessions_in_memory():
+    """A finished job keeps its unread output (capped) and detail - never its session's buffers."""
+    import gc
+    import weakref
+
+    tools = TerminalTools()
+    agent = Agent("memory")
+    refs, jobs = [], []
+    try:
+        for _ in range(6):
+            sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+            job = tools.call("terminal_send", {"sessionId": sid, "text": "head -c 3000000 /dev/zero | tr '\\\\0' x; "
+                                               "echo; echo done", "run_in_background": True, "timeout": 120},
+                             agent=agent).job_id
+            _finish(tools, agent, job)
+            refs.append(weakref.ref(tools.manager.loop_thread.call(tools.manager.session, agent, sid)))
+            tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+            jobs.append(job)
+        gc.collect()
+        assert [r() for r in refs] == [None] * 6  # no scrollback, raw ring or screen outlives its close
+        retained = tools.manager.loop_thread.call(
+            lambda: sum(len(tools.jobs.job(agent, j).carry.encode()) for j in jobs))
+        assert retained <= 6 * jobs_module.MAX_RETAINED_OUTPUT_BYTES
+        assert "done" in tools.call("job_output", {"jobId": jobs[0]}, agent=agent).output
+    finally:
+        tools.shutdown()

@@ -1,0 +1,39 @@
+"""Signal names: SIGINT and INT alike, in the tools and the magics; nothing else."""
+from __future__ import annotations
+
+import pytest
+
+from dsh_terminal_magics import TerminalError
+from dsh_terminal_magics.vocabulary import signal_name
+
+
+@pytest.mark.parametrize("given", ["SIGINT", "INT", "int", "SigInt", " INT "])
+def test_names_with_and_without_the_prefix(given):
+    assert signal_name(given) == "SIGINT"
+
+
+@pytest.mark.parametrize("given", ["SIGSEGV", "KILLALL", "", 2, None])
+def test_other_names_are_refused(given):
+    with pytest.raises(TerminalError, match="invalid signal"):
+        signal_name(given)
+
+
+def test_the_tool_accepts_the_short_name(tools, agent):
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    tools.call("terminal_send", {"sessionId": sid, "text": "sleep 100", "timeout": 0.5, "idle": 10}, agent=agent)
+    result = tools.call("terminal_signal", {"sessionId": sid, "signal": "INT"}, agent=agent)
+    assert result.delivered is True
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "echo back-$((6*7))"}, agent=agent)
+    assert "back-42" in r.viewport.splitlines()
+    with pytest.raises(TerminalError, match="argument 'signal'"):
+        tools.call("terminal_signal", {"sessionId": sid, "signal": "SEGV"}, agent=agent)
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+
+
+def test_the_magic_accepts_both(ip):
+    ip.run_line_magic("term_open", "")
+    ip.run_line_magic("term_send", "--timeout 0.5 --idle 10 sleep 100")
+    assert "delivered SIGINT" in ip.run_line_magic("term_signal", "INT").text
+    ip.run_line_magic("term_send", "--timeout 0.5 --idle 10 sleep 100")
+    assert "delivered SIGINT" in ip.run_line_magic("term_signal", "SIGINT").text
+    assert "back-42" in ip.run_line_magic("term_send", "echo back-$((6*7))").viewport
