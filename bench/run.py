@@ -2,6 +2,7 @@
 
     python3 bench/run.py            # full run (several minutes)
     python3 bench/run.py --quick    # small sizes, used by the test suite so the bench cannot rot
+    python3 bench/run.py --check    # exit status 1 when any target misses (targets are ratios in the run)
 
 Each benchmark interleaves the project and its baselines in the same process
 run and reports median and p95 over many repetitions, then the ratio and a
@@ -292,8 +293,8 @@ def bench_scale(count: int) -> dict:
         child = pexpect.spawn("bash", ["--noprofile", "--norc"], env={**os.environ, "PS1": "PX> "},
                               encoding="utf-8")
         child.delaybeforesend = None
-        child.delayafterclose = 0
-        child.delayafterterminate = 0
+        # ptyprocess keeps its own close delays: set them where they act (child.ptyproc)
+        child.ptyproc.delayafterclose = child.ptyproc.delayafterterminate = 0
         child.expect_exact("PX> ")
         children.append(child)
     pexpect_open = time.perf_counter() - started
@@ -307,6 +308,45 @@ def bench_scale(count: int) -> dict:
             "pexpect_close_s (no quiescence check, delays 0)": pexpect_close,
             "rss_per_session_KiB": (rss1 - rss0) / count, "scrollback_per_session_KiB": per_session_scrollback_kib,
             "fds_per_session": (fds1 - fds0) / count, "leftover_processes": ours_left}
+
+
+# -- readiness after quiet periods ---------------------------------------------------------------------
+def bench_readiness(reps: int, cpu_window: float) -> dict:
+    """``cat``, ``sleep 0; cat`` and ``sleep 0.2; cat``, interleaved: the send returns when cat blocks.
+
+    The quiet-period penalty is median(sleep 0.2; cat - 0.2 s) - median(sleep 0; cat): the same work, only
+    the quiet period differs.  Also: CPU of this process while a silent ``sleep 30`` send waits.
+    """
+    tools = TerminalTools()
+    agent = Agent("readiness")
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+
+    def run(command: str) -> float:
+        started = time.perf_counter()
+        r = tools.call("terminal_send", {"sessionId": sid, "text": command}, agent=agent)
+        elapsed = time.perf_counter() - started
+        assert r.wait_reason == "stdin_read", r
+        tools.call("terminal_send", {"sessionId": sid, "text": "", "submit": False, "keys": ["C-d"]}, agent=agent)
+        return elapsed
+
+    times: dict[str, list[float]] = {"cat": [], "sleep 0; cat": [], "sleep 0.2; cat (minus 0.2 s)": []}
+    for _ in range(reps):
+        times["cat"].append(run("cat"))
+        times["sleep 0; cat"].append(run("sleep 0; cat"))
+        times["sleep 0.2; cat (minus 0.2 s)"].append(run("sleep 0.2; cat") - 0.2)
+    job = tools.call("terminal_send", {"sessionId": sid, "text": "sleep 30", "run_in_background": True},
+                     agent=agent).job_id
+    time.sleep(0.3)
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    time.sleep(cpu_window)
+    cpu = (time.process_time() - cpu0) / (time.monotonic() - wall0) * 100
+    tools.call("job_kill", {"jobId": job}, agent=agent)
+    tools.shutdown()
+    out: dict = {name: summary(values) for name, values in times.items()}
+    out["quiet_penalty_ms"] = out["sleep 0.2; cat (minus 0.2 s)"]["median_ms"] - out["sleep 0; cat"]["median_ms"]
+    out["vs_cat_alone_ms"] = out["sleep 0.2; cat (minus 0.2 s)"]["median_ms"] - out["cat"]["median_ms"]
+    out["cpu_percent_while_waiting"] = cpu
+    return out
 
 
 # -- kernel responsiveness ---------------------------------------------------------------------------
@@ -367,12 +407,19 @@ def verdicts(r: dict) -> list[tuple[str, bool, str]]:
     out.append(("<= 256 KiB kernel RSS per idle session beyond scrollback", extra <= 256, f"{extra:.0f} KiB"))
     k = r["kernel"]
     out.append(("cell p95 during flood <= 3x idle", k["p95_ratio"] <= 3, f"{k['p95_ratio']:.2f}x"))
+    q = r["readiness"]
+    out.append(("detection after a quiet period: penalty <= 2 ms", q["quiet_penalty_ms"] <= 2,
+                f"{q['quiet_penalty_ms']:.2f} ms (vs cat alone: {q['vs_cat_alone_ms']:.2f} ms, which includes "
+                "starting sleep)"))
+    out.append(("CPU while a silent send waits < 1% of a core", q["cpu_percent_while_waiting"] < 1,
+                f"{q['cpu_percent_while_waiting']:.2f}%"))
     return out
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (CI)")
+    parser.add_argument("--check", action="store_true", help="exit with status 1 when any target misses")
     args = parser.parse_args()
     q = args.quick
     results = {
@@ -385,6 +432,7 @@ def main() -> int:
     results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
     results["scale"] = bench_scale(20 if q else 200)
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
+    results["readiness"] = bench_readiness(20 if q else 100, 2.0 if q else 10.0)
     results["verdicts"] = [{"target": t, "pass": ok, "measured": m} for t, ok, m in verdicts(results)]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / ("quick.json" if q else "latest.json")).write_text(json.dumps(results, indent=1))
@@ -392,7 +440,7 @@ def main() -> int:
     print()
     for v in results["verdicts"]:
         print(f"{'PASS' if v['pass'] else 'FAIL'}  {v['target']}: {v['measured']}")
-    return 0
+    return 1 if args.check and not all(v["pass"] for v in results["verdicts"]) else 0
 
 
 if __name__ == "__main__":

@@ -216,21 +216,25 @@ class SessionManager:
         if action == "start":
             if not path:
                 raise InvalidArgumentError("starting a recording needs a path, e.g. 'session.cast'")
-            session.check_not_recording()
+            _check_not_recording(session)
             rows, cols = session.size()
             recorder = await asyncio.get_running_loop().run_in_executor(
                 None, functools.partial(open_recording, path, rows, cols, session.name or session.session_id,
                                         confine_to))
-            try:
-                session.start_recording(recorder)
-            except BaseException:
+            if session.recorder is not None or not session.running:  # it changed while the file opened
                 recorder.close()
-                raise
+                _check_not_recording(session)
+                session.check_can_send()
+            session.recorder = recorder
             return recorder.path, 0
         if action == "stop":
-            recorder = session.stop_recording()
-            await asyncio.get_running_loop().run_in_executor(None, recorder.wait_written, 5.0)
-            return recorder.path, recorder.events
+            stopping, session.recorder = session.recorder, None
+            if stopping is None:
+                raise InvalidArgumentError(f"terminal session {session_id!r} is not recording: start a recording "
+                                           "first")
+            stopping.close()
+            await asyncio.get_running_loop().run_in_executor(None, stopping.wait_written, 5.0)
+            return stopping.path, stopping.events
         raise InvalidArgumentError(f"action must be 'start' or 'stop', got {action!r}")
 
     async def list(self, owner: object) -> builtins.list[SessionInfo]:
@@ -264,6 +268,12 @@ class SessionManager:
         for waiter in already:
             await asyncio.shield(waiter)  # type: ignore[arg-type]
         return fresh
+
+
+def _check_not_recording(session: Session) -> None:
+    if session.recorder is not None:
+        raise InvalidArgumentError(f"terminal session {session.session_id!r} is already recording to "
+                                   f"{session.recorder.path}: stop that recording first")
 
 
 async def wait_interruptible(op: SendOperation) -> SendResult:

@@ -15,7 +15,7 @@ import signal as signal_module
 import time
 from dataclasses import dataclass, replace
 
-from ..errors import InvalidArgumentError, SessionBusyError, SessionNotRunningError, TerminalError
+from ..errors import SessionBusyError, SessionNotRunningError, TerminalError
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
@@ -314,25 +314,6 @@ class Session:
         self.options = replace(self.options, rows=rows, cols=cols)
         if self.recorder is not None:
             self.recorder.resize(rows, cols)
-
-    def check_not_recording(self) -> None:
-        if self.recorder is not None:
-            raise InvalidArgumentError(f"terminal session {self.session_id!r} is already recording to "
-                                       f"{self.recorder.path}: stop that recording first")
-
-    def start_recording(self, recorder: CastRecorder) -> None:
-        self.check_not_recording()
-        if self.status == "closed":
-            raise SessionNotRunningError(f"terminal session {self.session_id!r} closed while the recording opened")
-        self.recorder = recorder
-
-    def stop_recording(self) -> CastRecorder:
-        recorder, self.recorder = self.recorder, None
-        if recorder is None:
-            raise InvalidArgumentError(f"terminal session {self.session_id!r} is not recording: start a recording "
-                                       "first")
-        recorder.close()
-        return recorder
 
     # -- the foreground ----------------------------------------------------------------------
     def foreground_pgid(self) -> int:

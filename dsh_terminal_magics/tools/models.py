@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Optional
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, RootModel, StrictBool, StrictInt,
-                      StrictStr, model_validator)
+                      StrictStr, ValidationError, model_validator)
 
 from ..vocabulary import (COLS_RANGE, DEFAULT_READ_LINES, MAX_READ_LINES, MAX_WAIT_SECONDS, ROWS_RANGE, JobStatus,
                           SessionStatus, SignalName, WaitReason, signal_name)
@@ -282,3 +282,25 @@ def tool_models(background: bool = True, extensions: bool = True) -> dict[str, t
     if extensions:
         models.update(EXTENSION_ARGS)
     return models
+
+
+def describe_validation_error(name: str, model: type[BaseModel], exc: ValidationError) -> str:
+    """One message for all of a call's argument problems, naming the arguments the tool takes."""
+    accepted = [f.alias or n for n, f in model.model_fields.items()]
+    problems = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"])
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            problems.append(f"unknown argument {key!r}")
+        elif kind == "missing":
+            problems.append(f"missing required argument {key!r}")
+        else:
+            problems.append(f"argument {key!r}: {err['msg']} (got {_short(err.get('input'))})")
+    takes = ", ".join(accepted) if accepted else "no arguments"
+    return f"{name}: " + "; ".join(problems) + f". {name} takes: {takes}"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:200] + "…"

@@ -26,7 +26,7 @@ from ..mechanism.manager import shutdown_all as _shutdown_all_managers
 from ..owners import Agent
 from .config import ToolsConfig, load_config
 from .handlers import HANDLERS, JOB_KIND, ToolContext, foreground_result, send_request
-from .models import ForegroundSendResult, SendArgsForeground, tool_models
+from .models import ForegroundSendResult, SendArgsForeground, describe_validation_error, tool_models
 from .policies import Policy, PolicyDenied, PolicyEngine, PolicyOutcome, ToolCall
 from .render import render_capped, result_text
 from .schemas import build_schemas
@@ -338,25 +338,3 @@ async def _result_of(op: Any) -> Any:
 def shutdown_all() -> None:
     """Close every session of every tool set and manager in this process (unload, kernel shutdown)."""
     _shutdown_all_managers()
-
-
-def describe_validation_error(name: str, model: type[BaseModel], exc: ValidationError) -> str:
-    """One message for all of a call's argument problems, naming the arguments the tool takes."""
-    accepted = [f.alias or n for n, f in model.model_fields.items()]
-    problems = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"])
-        kind = err["type"]
-        if kind == "extra_forbidden":
-            problems.append(f"unknown argument {key!r}")
-        elif kind == "missing":
-            problems.append(f"missing required argument {key!r}")
-        else:
-            problems.append(f"argument {key!r}: {err['msg']} (got {_short(err.get('input'))})")
-    takes = ", ".join(accepted) if accepted else "no arguments"
-    return f"{name}: " + "; ".join(problems) + f". {name} takes: {takes}"
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "…"
