@@ -90,10 +90,15 @@ class PexpectPrompt:
 
 
 class TmuxPolling:
-    """How agent harnesses do it: send-keys, then capture-pane every 100 ms until the output is there."""
+    """How agent harnesses do it: send-keys, then capture-pane until the output is there.
 
-    def __init__(self, kind: str) -> None:
-        self.name = f"dshbench{os.getpid()}{kind}"
+    ``first`` is the wait before the first capture and ``poll`` the gap between captures: the harness
+    default (100 ms, then every 100 ms) and a fair variant (at once, then every 10 ms).
+    """
+
+    def __init__(self, kind: str, first: float = TMUX_POLL, poll: float = TMUX_POLL) -> None:
+        self.first, self.poll = first, poll
+        self.name = f"dshbench{os.getpid()}{kind}{int(poll * 1000)}"
         command = "bash --noprofile --norc" if kind == "shell" else f"{sys.executable} -q"
         subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "160", "-y", "40", command],
                        check=True)
@@ -105,12 +110,15 @@ class TmuxPolling:
         marker = f"tm{self.count}x"
         line = f"echo {marker}" if self.kind == "shell" else f"print('{marker}')"
         subprocess.run(["tmux", "send-keys", "-t", self.name, line, "Enter"], check=True)
+        wait = self.first
         while True:
-            time.sleep(TMUX_POLL)
+            if wait:
+                time.sleep(wait)
             pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True,
                                   text=True).stdout
             if re.search(rf"^{marker}$", pane, re.M):
                 return
+            wait = self.poll
 
     def close(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
@@ -125,28 +133,29 @@ def bench_round_trip(reps: int) -> dict:
         ours = lambda: tools.call("terminal_send", {"sessionId": sid, "text": text}, agent=agent)  # noqa: E731
         pexp = PexpectPrompt(kind)
         tmux = TmuxPolling(kind) if shutil.which("tmux") else None
+        tmux_fair = TmuxPolling(kind, first=0.0, poll=0.01) if tmux is not None else None
         argv = ["bash", "-c", "echo hi"] if kind == "shell" else [sys.executable, "-c", "print(2+2)"]
         methods: dict[str, Callable[[], object]] = {
             "ours (tools.call)": ours,
             "pexpect, known prompt": lambda: pexp.round_trip(text),
             "subprocess.run (stateless)": lambda: subprocess.run(argv, capture_output=True),
         }
-        if tmux is not None:
+        if tmux is not None and tmux_fair is not None:
             methods["tmux send-keys + 100 ms capture-pane"] = lambda: tmux.round_trip(text)
+            methods["tmux send-keys + capture at once, then every 10 ms"] = lambda: tmux_fair.round_trip(text)
         times: dict[str, list[float]] = {m: [] for m in methods}
         order = list(methods)
         for i in range(reps):
             order = order[1:] + order[:1]  # rotate: no method always follows the same one
             for name in order:
                 fn = methods[name]
-                if name.startswith("tmux") and i >= max(10, reps // 20):
-                    continue  # 100 ms per sample: a few dozen are plenty
                 started = time.perf_counter()
                 fn()
                 times[name].append(time.perf_counter() - started)
         pexp.close()
-        if tmux is not None:
+        if tmux is not None and tmux_fair is not None:
             tmux.close()
+            tmux_fair.close()
         tools.call("terminal_close", {"sessionId": sid}, agent=agent)
         out[kind] = {name: summary(values) for name, values in times.items()}
     out["prompt-free"] = prompt_free_round_trips(tools, agent, max(20, reps // 10))
@@ -264,50 +273,89 @@ def bench_streaming(total: int, reps: int) -> dict:
 
 
 # -- scale ----------------------------------------------------------------------------------------------
-def bench_scale(count: int) -> dict:
+def pexpect_bash(delays: bool = False) -> pexpect.spawn:
+    """A pexpect bash at a known prompt; ``delays=False`` tunes the delays where they act: no send delay,
+    no sleep after close, 10 ms between terminate signals (0 makes ptyprocess give up on a live child)."""
+    child = pexpect.spawn("bash", ["--noprofile", "--norc"], env={**os.environ, "PS1": "PX> "}, encoding="utf-8")
+    if not delays:
+        child.delaybeforesend = None
+        # ptyprocess keeps its own close delays: set them where they act (child.ptyproc)
+        child.ptyproc.delayafterclose = 0
+        child.ptyproc.delayafterterminate = 0.01
+    child.expect_exact("PX> ")
+    return child
+
+
+def bench_scale(count: int, samples: int) -> dict:
+    """Opening and closing ``count`` sessions: the same shape on both sides (sequential against
+    sequential, concurrent against a thread pool of pexpect spawns), interleaved, ``samples`` each."""
+    from concurrent.futures import ThreadPoolExecutor
+
     tools = TerminalTools()
     agent = Agent("scale")
     manager = tools.manager
-    warm = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-    tools.call("terminal_close", {"sessionId": warm}, agent=agent)
-    rss0, fds0 = rss_kib(), fd_count()
+    tools.call("terminal_close", {"sessionId": tools.call("terminal_open", {"type": "shell"}, agent=agent)
+                                  .session_id}, agent=agent)
+    times: dict[str, list[float]] = {k: [] for k in (
+        "ours sequential", "pexpect sequential", "ours concurrent", "pexpect thread pool",
+        "ours close (verified quiescence)", "pexpect close (tuned delays)")}
+    rss_growth, fds_growth, scrollback = 0.0, 0.0, 0.0
 
-    async def open_all() -> list:
-        return await asyncio.gather(*(manager.aio.open(agent, "shell") for _ in range(count)))
+    def ours(concurrent: bool) -> float:
+        nonlocal rss_growth, fds_growth, scrollback
+        rss0, fds0 = rss_kib(), fd_count()
+        started = time.perf_counter()
+        if concurrent:
+            async def open_all() -> list:
+                return await asyncio.gather(*(manager.aio.open(agent, "shell") for _ in range(count)))
+            infos = asyncio.run(open_all())
+        else:
+            infos = [manager.sync.open(agent, "shell") for _ in range(count)]
+        elapsed = time.perf_counter() - started
+        assert all(i.status == "running" and i.last_wait_reason == "stdin_read" for i in infos)
+        rss_growth = (rss_kib() - rss0) / count
+        fds_growth = (fd_count() - fds0) / count
+        scrollback = sum(len(manager.loop_thread.call(manager.session, agent, i.session_id).scrollback.partial_line)
+                         for i in infos) / 1024 / count
+        started = time.perf_counter()
+        tools.close_owner(agent)
+        times["ours close (verified quiescence)"].append(time.perf_counter() - started)
+        return elapsed
 
-    started = time.perf_counter()
-    infos = asyncio.run(open_all())
-    ours_open = time.perf_counter() - started
-    assert all(i.status == "running" and i.last_wait_reason == "stdin_read" for i in infos)
-    rss1, fds1 = rss_kib(), fd_count()
-    per_session_scrollback_kib = sum(len(manager.loop_thread.call(manager.session, agent, i.session_id).scrollback.partial_line)
-                                     for i in infos) / 1024 / count
-    started = time.perf_counter()
-    tools.close_owner(agent)
-    ours_close = time.perf_counter() - started
+    def theirs(concurrent: bool) -> float:
+        started = time.perf_counter()
+        if concurrent:
+            with ThreadPoolExecutor(max_workers=16) as pool:
+                children = list(pool.map(lambda _: pexpect_bash(), range(count)))
+        else:
+            children = [pexpect_bash() for _ in range(count)]
+        elapsed = time.perf_counter() - started
+        started = time.perf_counter()
+        for child in children:
+            child.close(force=True)
+        times["pexpect close (tuned delays)"].append(time.perf_counter() - started)
+        return elapsed
+
+    for i in range(samples):
+        pairs = [("ours sequential", lambda: ours(False)), ("pexpect sequential", lambda: theirs(False)),
+                 ("ours concurrent", lambda: ours(True)), ("pexpect thread pool", lambda: theirs(True))]
+        for name, fn in pairs[i % 2:] + pairs[:i % 2]:  # alternate who goes first
+            times[name].append(fn())
     ours_left = leftovers()
-
+    # pexpect with its default delays, for reference: ptyprocess sleeps 0.1 s in every close
+    defaults = [pexpect_bash(delays=True) for _ in range(min(count, 20))]
     started = time.perf_counter()
-    children = []
-    for _ in range(count):
-        child = pexpect.spawn("bash", ["--noprofile", "--norc"], env={**os.environ, "PS1": "PX> "},
-                              encoding="utf-8")
-        child.delaybeforesend = None
-        # ptyprocess keeps its own close delays: set them where they act (child.ptyproc)
-        child.ptyproc.delayafterclose = child.ptyproc.delayafterterminate = 0
-        child.expect_exact("PX> ")
-        children.append(child)
-    pexpect_open = time.perf_counter() - started
-    started = time.perf_counter()
-    for child in children:
+    for child in defaults:
         child.close(force=True)
-    pexpect_close = time.perf_counter() - started
+    default_close_each = (time.perf_counter() - started) / len(defaults)
     tools.shutdown()
-    return {"sessions": count, "ours_open_s": ours_open, "pexpect_open_s": pexpect_open,
-            "open_ratio": ours_open / pexpect_open, "ours_close_s": ours_close,
-            "pexpect_close_s (no quiescence check, delays 0)": pexpect_close,
-            "rss_per_session_KiB": (rss1 - rss0) / count, "scrollback_per_session_KiB": per_session_scrollback_kib,
-            "fds_per_session": (fds1 - fds0) / count, "leftover_processes": ours_left}
+    med = {name: statistics.median(values) for name, values in times.items()}
+    return {"sessions": count, "samples": samples, **{f"{k} s": v for k, v in med.items()},
+            "sequential_open_ratio": med["ours sequential"] / med["pexpect sequential"],
+            "concurrent_open_ratio": med["ours concurrent"] / med["pexpect thread pool"],
+            "pexpect close with default delays, per session s": default_close_each,
+            "rss_per_session_KiB": rss_growth, "scrollback_per_session_KiB": scrollback,
+            "fds_per_session": fds_growth, "leftover_processes": ours_left}
 
 
 # -- readiness after quiet periods ---------------------------------------------------------------------
@@ -400,8 +448,12 @@ def verdicts(r: dict) -> list[tuple[str, bool, str]]:
                 f"{s['ratio']:.2f}x ({s['ours_MBps']:.0f} vs {s['bare_MBps']:.0f} MB/s)"))
     out.append(("peak RSS growth <= 64 MiB", s["peak_rss_growth_MiB"] <= 64, f"{s['peak_rss_growth_MiB']:.1f} MiB"))
     c = r["scale"]
-    out.append(("open N sessions within 1.5x pexpect", c["open_ratio"] <= 1.5, f"{c['open_ratio']:.2f}x"))
-    out.append(("close all with verified quiescence < 3 s", c["ours_close_s"] < 3, f"{c['ours_close_s']:.2f} s"))
+    out.append(("open N sessions one by one within 1.5x pexpect one by one", c["sequential_open_ratio"] <= 1.5,
+                f"{c['sequential_open_ratio']:.2f}x"))
+    out.append(("open N sessions concurrently within 1.5x a pexpect thread pool", c["concurrent_open_ratio"] <= 1.5,
+                f"{c['concurrent_open_ratio']:.2f}x"))
+    close = c["ours close (verified quiescence) s"]
+    out.append(("close all with verified quiescence < 3 s", close < 3, f"{close:.2f} s"))
     out.append(("leftover processes == 0", c["leftover_processes"] == 0, str(c["leftover_processes"])))
     extra = c["rss_per_session_KiB"] - c["scrollback_per_session_KiB"]
     out.append(("<= 256 KiB kernel RSS per idle session beyond scrollback", extra <= 256, f"{extra:.0f} KiB"))
@@ -430,7 +482,7 @@ def main() -> int:
     }
     results["round_trip"] = bench_round_trip(40 if q else 400)
     results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
-    results["scale"] = bench_scale(20 if q else 200)
+    results["scale"] = bench_scale(20 if q else 200, 1 if q else 3)
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
     results["readiness"] = bench_readiness(20 if q else 100, 2.0 if q else 10.0)
     results["verdicts"] = [{"target": t, "pass": ok, "measured": m} for t, ok, m in verdicts(results)]
