@@ -22,6 +22,7 @@ import platform
 import shutil
 import struct
 import subprocess
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -83,9 +84,22 @@ class Sandbox:
                 "--seccomp", str(filter_fd)]
         if not self.network:
             args.append("--unshare-net")
+        for path in _hidden_by_private_tmp(argv):  # the program itself (a venv, this package) stays visible
+            args += ["--ro-bind", path, path]
         args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", cwd, cwd]  # also when under /tmp
         args += ["--chdir", cwd, "--"]
         return args + argv, [filter_fd]
+
+
+def _hidden_by_private_tmp(argv: list[str]) -> list[str]:
+    """Directories the command needs that lie under ``/tmp`` (which the sandbox replaces): the directories
+    of absolute paths in ``argv`` (an rc file, an interpreter) and this interpreter's prefixes."""
+    candidates = {os.path.dirname(a) for a in argv if os.path.isabs(a) and os.path.exists(a)}
+    candidates |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
+    tmp = os.path.realpath("/tmp")
+    found = sorted({os.path.realpath(c) for c in candidates
+                    if os.path.realpath(c).startswith(tmp + os.sep) and os.path.isdir(c)})
+    return [p for p in found if not any(p != q and p.startswith(q + os.sep) for q in found)]
 
 
 def seccomp_filter_fd() -> int:
