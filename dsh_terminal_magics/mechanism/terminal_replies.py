@@ -126,34 +126,27 @@ class TerminalReplies:
 
     def _dynamic_colours(self, first: int, values: bytes, st: bytes) -> bytes:
         """OSC 10/11/12: each ``;``-separated value sets or (``?``) queries the next colour in turn."""
-        replies = []
-        for index, value in enumerate(values.split(b";")[1:]):
-            number = first + index
-            if number > 12:
-                break
-            if value == b"?":
-                colour = self.dynamic.get(number, DEFAULT_BG if number == 11 else DEFAULT_FG)
-                replies.append(b"\x1b]%d;%s%s" % (number, _xterm_rgb(colour), st))
-            else:
-                parsed = parse_colour(value.decode("ascii", "replace"))
-                if parsed is not None:
-                    self.dynamic[number] = parsed
-        return b"".join(replies)
+        pairs = [(first + i, value) for i, value in enumerate(values.split(b";")[1:]) if first + i <= 12]
+        return self._colours(pairs, self.dynamic, lambda n: DEFAULT_BG if n == 11 else DEFAULT_FG, b"%d", st)
 
     def _palette(self, values: bytes, st: bytes) -> bytes:
+        """OSC 4: ``index;value`` pairs, each setting or (``?``) querying one palette entry."""
         parts = values.split(b";")[1:]
+        pairs = [(int(i), value) for i, value in zip(parts[0::2], parts[1::2]) if i.isdigit() and int(i) <= 255]
+        return self._colours(pairs, self.palette, xterm_256, b"4;%d", st)
+
+    @staticmethod
+    def _colours(pairs: list[tuple[int, bytes]], store: dict[int, str], default: Callable[[int], str],
+                 label: bytes, st: bytes) -> bytes:
         replies = []
-        for index_text, value in zip(parts[0::2], parts[1::2]):
-            if not index_text.isdigit() or int(index_text) > 255:
-                continue
-            index = int(index_text)
+        for number, value in pairs:
             if value == b"?":
-                colour = self.palette.get(index, xterm_256(index))
-                replies.append(b"\x1b]4;%d;%s%s" % (index, _xterm_rgb(colour), st))
+                colour = store.get(number, default(number))
+                replies.append(b"\x1b]" + label % number + b";" + _xterm_rgb(colour) + st)
             else:
                 parsed = parse_colour(value.decode("ascii", "replace"))
                 if parsed is not None:
-                    self.palette[index] = parsed
+                    store[number] = parsed
         return b"".join(replies)
 
     def _reset_colours(self, code: int) -> None:
