@@ -291,7 +291,7 @@ def bench_scale(count: int, samples: int) -> dict:
     sequential, concurrent against a thread pool of pexpect spawns), interleaved, ``samples`` each."""
     from concurrent.futures import ThreadPoolExecutor
 
-    tools = TerminalTools()
+    tools = TerminalTools(config={"maxSessionsPerAgent": 256})  # one agent holds all of them here
     agent = Agent("scale")
     manager = tools.manager
     tools.call("terminal_close", {"sessionId": tools.call("terminal_open", {"type": "shell"}, agent=agent)
