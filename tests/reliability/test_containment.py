@@ -22,23 +22,29 @@ pytestmark = pytest.mark.skipif(sandbox_problem() is not None and not os.environ
 
 
 def running_with(marker: str) -> list[int]:
-    """Pids whose argv holds ``marker`` and that still run code (any thread not a zombie)."""
+    """Pids with a thread that still runs code (not a zombie) and whose argv holds ``marker``.
+
+    Read per thread: a thread-group leader that called ``pthread_exit`` shows an empty cmdline of its own
+    while its other threads (sharing the argv) run on."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == os.getpid():
             continue
         try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                if marker.encode() not in f.read():
-                    continue
-            states = []
-            for tid in os.listdir(f"/proc/{name}/task"):
-                with open(f"/proc/{name}/task/{tid}/stat") as f:
-                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            tids = os.listdir(f"/proc/{name}/task")
         except OSError:
             continue
-        if any(state not in "ZX" for state in states):
-            found.append(int(name))
+        for tid in tids:
+            try:
+                with open(f"/proc/{name}/task/{tid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+                with open(f"/proc/{name}/task/{tid}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if state not in "ZX" and marker.encode() in cmdline:
+                found.append(int(name))
+                break
     return found
 
 
@@ -113,16 +119,22 @@ def test_clone_parent_from_the_session_leader(contained, tmp_path):
 
 
 def test_shutdown_ends_every_escape(tmp_path):
+    """Escapes 1-3 planted in three sessions at once; shutdown() ends all of them."""
     tools = TerminalTools()
     agent = Agent("escapes")
-    marker = f"{1000 + secrets.randbelow(1000)}.{secrets.randbelow(10**6)}"
-    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-    send(tools, agent, sid, f"setsid -f env -i sleep {marker} >/dev/null 2>&1")
-    sid2 = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-    send(tools, agent, sid2, f"setsid -f env -i sleep {marker} >/dev/null 2>&1; exit")
-    wait_for(lambda: len(running_with(f"sleep\0{marker}")) >= 1)
+    tag = secrets.randbelow(10**6)
+    zombie, orphan, cloned = f"zombie-{tag}", f"1000.{tag}", f"1001.{tag}"
+    (tmp_path / "zombie.py").write_text(ZOMBIE_LEADER)
+    (tmp_path / "clone_parent.py").write_text(CLONE_PARENT)
+    sids = [tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id for _ in range(3)]
+    send(tools, agent, sids[0], f"{sys.executable} {tmp_path / 'zombie.py'} {zombie} &")
+    send(tools, agent, sids[1], f"setsid -f env -i sleep {orphan} >/dev/null 2>&1; exit")
+    send(tools, agent, sids[2], f"exec env -i {sys.executable} {tmp_path / 'clone_parent.py'} {cloned}",
+         timeout=3, idle=1)
+    wait_for(lambda: running_with(zombie) and running_with(f"sleep\0{cloned}"))
     tools.shutdown()
-    assert running_with(f"sleep\0{marker}") == []
+    assert running_with(zombie) == [] and running_with(f"sleep\0{orphan}") == []
+    assert running_with(f"sleep\0{cloned}") == []
 
 
 def test_killing_the_watchdog_then_the_kernel_leaves_nothing(tmp_path):
