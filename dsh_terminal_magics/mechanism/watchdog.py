@@ -35,10 +35,6 @@ class Watchdog:
             )
 
     @classmethod
-    def pid(cls) -> int | None:
-        return cls._proc.pid if cls._proc is not None else None
-
-    @classmethod
     def stop(cls) -> None:
         """Close the pipe (the watchdog sweeps once more and exits) and reap it."""
         with cls._lock:
