@@ -18,11 +18,12 @@ from typing import Any, Callable
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from traitlets import Bool, Float, Int, TraitError, observe, validate
+from traitlets import Bool, Dict, Float, Int, TraitError, observe, validate
 
 from ..errors import TerminalError
 from ..owners import Agent
 from ..tools import TerminalTools, result_text, shutdown_all
+from ..tools.config import environment_policy
 from ..vocabulary import max_result_bytes_problem, signal_name, wait_seconds_problem
 from .display import TermResult, footer_html, footer_text, visible_controls
 
@@ -72,6 +73,12 @@ def config_problem(name: str, value: Any) -> str | None:
         return problem.replace("maxResultBytes", "max_result_bytes") if problem else None
     if name in ("timeout", "idle"):
         return wait_seconds_problem(name, value)
+    if name == "shell_environment_policy":
+        try:
+            environment_policy(value) if value else None
+        except TerminalError as exc:
+            return str(exc)
+        return None
     if name in ("scrollback_lines", "stream_limit"):
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 100
         return None if ok else f"{name} must be an integer >= 100, got {value!r}"
@@ -139,6 +146,10 @@ class TerminalMagics(Magics):
         config=True)
     scrollback_lines = Int(10_000, help="Lines of output each new session keeps.").tag(config=True)
     stream_limit = Int(1024 * 1024, help="Most bytes of output one send streams into a cell.").tag(config=True)
+    shell_environment_policy = Dict(
+        {}, help="Environment of the notebook's own sessions, keys as the tools' shellEnvironmentPolicy (inherit "
+                 "all|core|none, exclude, includeOnly, set, ignoreDefaultExcludes); empty: inherit everything, "
+                 "like a JupyterLab terminal.").tag(config=True)
 
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         _drop_invalid_config(shell)
@@ -146,6 +157,7 @@ class TerminalMagics(Magics):
         self.owner = Agent("notebook")
         self.tools = TerminalTools(config=self._tools_config(), user=self.owner)
         self.tools.set_session_defaults(scrollback_lines=self.scrollback_lines)
+        self.tools.set_user_environment(self.shell_environment_policy)
         self._opened: dict[Agent, list[str]] = {}
         self._last_job: dict[Agent, str] = {}
         self.viewports: list[Any] = []
@@ -165,6 +177,19 @@ class TerminalMagics(Magics):
     def _apply_tools_config(self, change: Any) -> None:
         if hasattr(self, "tools"):
             self.tools.configure(self._tools_config())
+
+    @validate("shell_environment_policy")
+    def _check_environment(self, proposal: Any) -> Any:
+        try:
+            environment_policy(proposal["value"]) if proposal["value"] else None
+        except TerminalError as exc:
+            raise TraitError(f"{exc}; the old value stays") from None
+        return proposal["value"]
+
+    @observe("shell_environment_policy")
+    def _apply_environment(self, change: Any) -> None:
+        if hasattr(self, "tools"):
+            self.tools.set_user_environment(change["new"])
 
     @observe("scrollback_lines")
     def _apply_scrollback(self, change: Any) -> None:

@@ -68,6 +68,16 @@ class ToolsConfig(BaseModel):
         return self.shell_environment_policy.policy()
 
 
+def environment_policy(policy: dict[str, Any]) -> EnvironmentPolicy:
+    """A validated environment policy from its JSON form; a bad one raises :class:`ConfigError`."""
+    try:
+        return EnvironmentPolicyConfig.model_validate(policy).policy()
+    except ValidationError as exc:
+        raise ConfigError("invalid environment policy: " + "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'policy'}: {e['msg']}" for e in exc.errors())
+            + " (keys: inherit all|core|none, exclude, includeOnly, set, ignoreDefaultExcludes)") from None
+
+
 CONFIG_KEYS = ("enableRunInBackground", "maxResultBytes", "enableTerminalExtensions", "shellEnvironmentPolicy",
                "recordDir", "sandbox", "sandboxNetwork", "containment", "maxSessionsPerAgent")
 

@@ -24,7 +24,7 @@ from ..jobs import JobInfo, JobRegistry
 from ..mechanism import EnvironmentPolicy, Sandbox, SessionManager, SessionOptions, USER_DEFAULT
 from ..mechanism.manager import shutdown_all as _shutdown_all_managers
 from ..owners import Agent
-from .config import ToolsConfig, load_config
+from .config import ToolsConfig, environment_policy, load_config
 from .handlers import HANDLERS, JOB_KIND, ToolContext, foreground_result, send_request
 from .models import ForegroundSendResult, SendArgsForeground, describe_validation_error, tool_models
 from .policies import Policy, PolicyDenied, PolicyEngine, PolicyOutcome, ToolCall
@@ -213,6 +213,11 @@ class TerminalTools:
             self._loop.call(apply)
         except TypeError as exc:
             raise InvalidArgumentError(f"unknown session option: {exc}") from None
+
+    def set_user_environment(self, policy: dict[str, Any] | None) -> None:
+        """The environment policy of the notebook user's own sessions (keys as ``shellEnvironmentPolicy``);
+        ``None`` or ``{}``: inherit everything.  Validated first; a bad one raises and the old one stays."""
+        self.user_environment = environment_policy(policy) if policy else USER_DEFAULT
 
     def job_status(self, job_id: str, *, agent: Agent) -> str:
         """The status of ``agent``'s job (any thread, the loop thread included)."""

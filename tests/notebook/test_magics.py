@@ -240,3 +240,15 @@ def test_a_deny_policy_refuses_a_foreground_magic_send_exactly_like_a_tool_call(
     finally:
         cards.close()
         magics.tools.policies.clear()
+
+
+def test_the_notebooks_own_environment_is_configurable(ip, magics, monkeypatch):
+    monkeypatch.setenv("NOTEBOOK_SECRET_TOKEN", "s3cret")
+    ip.run_line_magic("term_open", "")
+    assert "[s3cret]" in ip.run_line_magic("term_send", "echo [$NOTEBOOK_SECRET_TOKEN]").viewport  # inherits all
+    ip.run_line_magic("config", 'TerminalMagics.shell_environment_policy = {"inherit": "core", "set": {"X": "1"}}')
+    ip.run_line_magic("term_open", "")
+    r = ip.run_line_magic("term_send", "echo [$NOTEBOOK_SECRET_TOKEN] [$X]")
+    assert "[] [1]" in r.viewport
+    ip.run_line_magic("config", 'TerminalMagics.shell_environment_policy = {"inherit": "sometimes"}')
+    assert magics.shell_environment_policy == {"inherit": "core", "set": {"X": "1"}}  # refused, old value stays

@@ -77,6 +77,7 @@ def test_readiness_signals_exit_codes_screens_and_jobs_work_inside(sandboxed):
     send("sleep 100", timeout=0.5, idle=10)
     sig = tools.call("terminal_signal", {"sessionId": opened.session_id, "signal": "INT"}, agent=agent)
     assert sig.target_pgid != opened.pid
+    send("", submit=False)  # the prompt the interrupted command leaves
     assert "back-42" in send("echo back-$((6*7))").viewport.splitlines()
     with pytest.raises(TerminalError, match="use terminal_close"):
         tools.call("terminal_signal", {"sessionId": opened.session_id, "signal": "KILL"}, agent=agent)

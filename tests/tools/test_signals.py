@@ -23,6 +23,8 @@ def test_the_tool_accepts_the_short_name(tools, agent):
     tools.call("terminal_send", {"sessionId": sid, "text": "sleep 100", "timeout": 0.5, "idle": 10}, agent=agent)
     result = tools.call("terminal_signal", {"sessionId": sid, "signal": "INT"}, agent=agent)
     assert result.delivered is True
+    # wait for the prompt the interrupted command leaves (typing while it is still being printed races it)
+    tools.call("terminal_send", {"sessionId": sid, "text": "", "submit": False}, agent=agent)
     r = tools.call("terminal_send", {"sessionId": sid, "text": "echo back-$((6*7))"}, agent=agent)
     assert "back-42" in r.viewport.splitlines()
     with pytest.raises(TerminalError, match="argument 'signal'"):
@@ -34,6 +36,8 @@ def test_the_magic_accepts_both(ip):
     ip.run_line_magic("term_open", "")
     ip.run_line_magic("term_send", "--timeout 0.5 --idle 10 sleep 100")
     assert "delivered SIGINT" in ip.run_line_magic("term_signal", "INT").text
+    ip.run_line_magic("term_send", "--no-submit --")
     ip.run_line_magic("term_send", "--timeout 0.5 --idle 10 sleep 100")
     assert "delivered SIGINT" in ip.run_line_magic("term_signal", "SIGINT").text
+    ip.run_line_magic("term_send", "--no-submit --")
     assert "back-42" in ip.run_line_magic("term_send", "echo back-$((6*7))").viewport
