@@ -145,7 +145,10 @@ def test_fd_exhaustion_never_hangs_the_kernel(tmp_path):
                          timeout=240, cwd=str(tmp_path))
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)
-    assert lines["VICTIM"].split()[0] == "stdin_read" and float(lines["VICTIM"].split()[1]) < 3
+    # the other agent's send returns within its 2 s timeout: stdin_read, or timeout when not even /proc can
+    # be read any more (every descriptor taken) - never a hang
+    reason, seconds = lines["VICTIM"].split()
+    assert reason in ("stdin_read", "timeout") and float(seconds) < 3
     assert float(lines["CLOSE"]) < 10 and float(lines["SHUTDOWN"]) < 60
     assert int(lines["OPENED"]) >= 5
     assert "too many open files" in out.stdout and "check that the program is installed" not in out.stdout
