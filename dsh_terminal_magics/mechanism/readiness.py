@@ -120,6 +120,12 @@ class ReadinessProbe:
         return None
 
     # -- internals ---------------------------------------------------------
+    def members_seen(self, pgid: int) -> list[int]:
+        """The members of ``pgid`` the last check found (found now when that check was of another group)."""
+        if self._group_cache is not None and self._group_cache[0] == pgid:
+            return self._group_cache[1]
+        return self.group_members(pgid)
+
     def group_members(self, pgid: int) -> list[int]:
         """Members of process group ``pgid``, found from its leader and last known members downwards.
 

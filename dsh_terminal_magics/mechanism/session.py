@@ -328,7 +328,7 @@ class Session:
         """Wake the session when any process of the foreground group exits (pidfds)."""
         pgid = self.foreground_pgid()
         if self.child is not None and self.probe is not None and pgid > 0:
-            self.child.watch_exits(set(self.probe.group_members(pgid)))
+            self.child.watch_exits(set(self.probe.members_seen(pgid)))  # no second /proc walk per tick
 
     def stop_watching_exits(self) -> None:
         if self.child is not None:
