@@ -5,7 +5,7 @@ seed's names (``sessionId``, ``waitReason``, ``run_in_background`` …).
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, RootModel, StrictBool, StrictInt,
                       StrictStr, ValidationError, model_validator)
@@ -270,6 +270,21 @@ TOOL_NAMES = tuple(ARGS)
 #: Tools beyond the seed (full screens, recordings), present when extensions are enabled.
 EXTENSION_ARGS: dict[str, type[BaseModel]] = {"terminal_resize": ResizeArgs, "terminal_record": RecordArgs}
 ALL_TOOL_NAMES = TOOL_NAMES + tuple(EXTENSION_ARGS)
+
+
+#: The result types of each tool (``terminal_send`` answers in the foreground or starts a job).
+RESULTS: dict[str, Any] = {
+    "terminal_open": OpenResult,
+    "terminal_send": Annotated[Union[ForegroundSendResult, BackgroundSendResult], Field(discriminator="kind")],
+    "terminal_read": ReadResult,
+    "terminal_signal": SignalResult,
+    "terminal_close": CloseResult,
+    "terminal_list": SessionList,
+    "job_output": JobOutputResult,
+    "job_kill": JobKillResult,
+    "terminal_resize": ResizeResult,
+    "terminal_record": RecordResult,
+}
 
 
 def tool_models(background: bool = True, extensions: bool = True) -> dict[str, type[BaseModel]]:

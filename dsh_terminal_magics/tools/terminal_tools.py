@@ -31,6 +31,7 @@ from .policies import Policy, PolicyDenied, PolicyEngine, PolicyOutcome, ToolCal
 from .render import render_capped, result_text
 from .schemas import build_schemas
 from .streaming import FLUSH_INTERVAL, LiveOutput, SessionFollower, TerminalView
+from .structured import ToolAnswer, output_schema, structured_result
 
 PROMPT_SECTION_NAME = "tool:pty"
 PROMPT_SECTION_ORDER = 106
@@ -147,6 +148,20 @@ class TerminalTools:
         except Exception as exc:
             return self.render_error(exc)
 
+    async def aanswer(self, name: str, args: dict[str, Any] | None = None, *,
+                      agent: Agent | None = None) -> ToolAnswer:
+        """Run tool ``name`` for a protocol server: the capped text, the JSON object, and whether it failed.
+
+        Never raises for a bad call: the error comes back as the text a model sees, with ``is_error``.
+        Cancelling the awaiting task interrupts a foreground send's program.
+        """
+        try:
+            result = await self.acall(name, args, agent=agent)
+        except Exception as exc:
+            return ToolAnswer(self.render_error(exc), None, True)
+        text = self.render(result)
+        return ToolAnswer(text, structured_result(result, _plain(text)), False)
+
     def _execute(self, call: ToolCall, parsed: BaseModel, on_output: Callable[[str], None] | None,
                  show_prompt: bool = True) -> BaseModel:
         if call.name == "terminal_send" and not getattr(parsed, "run_in_background", False):
@@ -260,6 +275,10 @@ class TerminalTools:
         """Tool schemas in ``"openai"``, ``"anthropic"`` or ``"json-schema"`` form, optionally filtered."""
         return build_schemas(self.models, format, include=include)
 
+    def output_schemas(self) -> dict[str, dict[str, Any]]:
+        """The JSON Schema of each tool's structured result (see :meth:`aanswer`), by tool name."""
+        return {name: output_schema(name) for name in self.models}
+
     def system_prompt_sections(self) -> list[dict[str, Any]]:
         """The fixed guidance section: ``[{"name": "tool:pty", "order": 106, "text": …}]``."""
         return [{"name": PROMPT_SECTION_NAME, "order": PROMPT_SECTION_ORDER, "text": PROMPT_SECTION_TEXT}]
@@ -334,6 +353,13 @@ class TerminalTools:
             return model.model_validate(args)
         except ValidationError as exc:
             raise InvalidArgumentError(describe_validation_error(name, model, exc)) from None
+
+
+def _plain(text: str | list[dict[str, Any]]) -> str:
+    """The text of a rendered result (a policy's content blocks joined)."""
+    if isinstance(text, str):
+        return text
+    return "\n".join(str(block.get("text", "")) for block in text if block.get("type") == "text")
 
 
 async def _result_of(op: Any) -> Any:

@@ -1,0 +1,276 @@
+"""The MCP server over streamable HTTP, driven by the SDK's own client (no mocks of MCP)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from dsh_terminal_magics import Agent
+from dsh_terminal_magics.errors import ConfigError
+from dsh_terminal_magics.mcp import HttpServer
+from dsh_terminal_magics.tools.models import ForegroundSendResult
+
+from tests.conftest import wait_for
+from tests.integrations.conftest import alive, children_named, run
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def server(tools):
+    s = HttpServer(tools)
+    s.start()
+    yield s
+    s.stop()
+
+
+def test_lists_our_tools_with_our_schemas_and_instructions(server, tools):
+    async def body():
+        async with Client(server.url) as client:
+            listed = (await client.list_tools()).tools
+            return client.protocol_version, client.instructions, listed
+
+    version, instructions, listed = run(body)
+    ours = tools.schemas("json-schema")
+    assert [t.name for t in listed] == [s["title"] for s in ours]
+    for tool, schema in zip(listed, ours):
+        assert tool.description == schema["description"]
+        assert tool.input_schema == {k: v for k, v in schema.items() if k not in ("title", "description")}
+        assert tool.output_schema == tools.output_schemas()[tool.name]
+    assert instructions == tools.system_prompt_sections()[0]["text"]
+    assert version == "2025-11-25"  # the sessionless revision was refused; a session-bearing one negotiated
+
+
+def test_open_answer_a_question_and_close(server, tools):
+    async def body():
+        async with Client(server.url) as client:
+            opened = await client.call_tool("terminal_open", {"type": "shell"})
+            sid = opened.structured_content["sessionId"]
+            asked = await client.call_tool("terminal_send", {"sessionId": sid, "text": "read -p 'name? ' n"})
+            answered = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo hi-$n-$((6*7))"})
+            listed = await client.call_tool("terminal_list", {})
+            closed = await client.call_tool("terminal_close", {"sessionId": sid})
+            return opened, asked, answered, listed, closed
+
+    opened, asked, answered, listed, closed = run(body)
+    assert not opened.is_error and opened.structured_content["status"] == "running"
+    assert asked.structured_content["waitReason"] == "stdin_read"
+    assert asked.structured_content["viewport"].endswith("name? ")
+    # The answer went to `read`; the shell then ran nothing else (the echo line was the answer).
+    assert answered.structured_content["waitReason"] == "stdin_read"
+    # Text content is exactly the capped text a model sees for that result.
+    fg = ForegroundSendResult.model_validate(asked.structured_content)
+    assert asked.content[0].text == tools.render(fg)
+    assert listed.structured_content == {"sessions": [
+        {k: opened.structured_content[k] for k in ("sessionId", "name", "type", "pid", "status")}]}
+    assert closed.structured_content == {"sessionId": opened.structured_content["sessionId"], "outcome": "closed"}
+    wait_for(lambda: not alive(opened.structured_content["pid"]), timeout=10)
+
+
+def test_a_read_p_question_then_the_next_command(server):
+    async def body():
+        async with Client(server.url) as client:
+            sid = (await client.call_tool("terminal_open", {"type": "shell"})).structured_content["sessionId"]
+            asked = await client.call_tool("terminal_send",
+                                           {"sessionId": sid, "text": "read -p 'name? ' n; echo hi-$n"})
+            answered = await client.call_tool("terminal_send", {"sessionId": sid, "text": "bob"})
+            after = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo N-$((6*7))"})
+            await client.call_tool("terminal_close", {"sessionId": sid})
+            return asked, answered, after
+
+    asked, answered, after = run(body)
+    assert asked.structured_content["waitReason"] == "stdin_read"
+    assert "hi-bob" in answered.structured_content["viewport"]
+    assert answered.structured_content["exitCode"] == 0
+    assert "N-42" in after.structured_content["viewport"]
+
+
+def test_errors_are_results_and_the_server_keeps_serving(server, tools):
+    async def body():
+        async with Client(server.url) as client:
+            unknown_id = await client.call_tool("terminal_send", {"sessionId": "t-0000000000000000", "text": "x"})
+            bad_args = await client.call_tool("terminal_send", {"sessionId": 7})
+            unknown_tool = await client.call_tool("no_such_tool", {})
+            still = await client.call_tool("terminal_list", {})
+            return unknown_id, bad_args, unknown_tool, still
+
+    unknown_id, bad_args, unknown_tool, still = run(body)
+    other = Agent("direct")
+    for result, direct in ((unknown_id, tools.call_text("terminal_send", {"sessionId": "t-0000000000000000",
+                                                                          "text": "x"}, agent=other)),
+                           (bad_args, tools.call_text("terminal_send", {"sessionId": 7}, agent=other)),
+                           (unknown_tool, tools.call_text("no_such_tool", {}, agent=other))):
+        assert result.is_error and result.structured_content is None
+        assert result.content[0].text == direct  # the same message TerminalTools gives
+    assert "unknown terminal session" in unknown_id.content[0].text
+    assert "missing required argument 'text'" in bad_args.content[0].text
+    assert not still.is_error and still.structured_content == {"sessions": []}
+
+
+def test_two_clients_are_isolated(server):
+    async def body():
+        async with Client(server.url) as a, Client(server.url) as b:
+            sid = (await a.call_tool("terminal_open", {"type": "shell"})).structured_content["sessionId"]
+            seen_by_b = await b.call_tool("terminal_list", {})
+            b_sends = await b.call_tool("terminal_send", {"sessionId": sid, "text": "echo stolen"})
+            b_closes = await b.call_tool("terminal_close", {"sessionId": sid})
+            seen_by_a = await a.call_tool("terminal_list", {})
+            await a.call_tool("terminal_close", {"sessionId": sid})
+            return sid, seen_by_b, b_sends, b_closes, seen_by_a
+
+    sid, seen_by_b, b_sends, b_closes, seen_by_a = run(body)
+    assert seen_by_b.structured_content == {"sessions": []}
+    assert b_sends.is_error and "unknown terminal session" in b_sends.content[0].text
+    assert b_closes.is_error
+    assert [s["sessionId"] for s in seen_by_a.structured_content["sessions"]] == [sid]
+    assert len(server.clients) == 0  # both left (DELETE) and were forgotten
+
+
+def test_a_client_that_leaves_has_its_shells_closed_within_5s(server):
+    async def body():
+        async with Client(server.url) as client:
+            opened = await client.call_tool("terminal_open", {"type": "shell"})
+            job = await client.call_tool("terminal_send", {"sessionId": opened.structured_content["sessionId"],
+                                                           "text": "sleep 100", "run_in_background": True})
+            assert len(server.clients) == 1
+            return opened.structured_content["pid"], job.structured_content["jobId"]
+
+    pid, job_id = run(body)
+    left = time.monotonic()
+    wait_for(lambda: not alive(pid), timeout=5)
+    assert time.monotonic() - left < 5
+    assert server.clients == {}
+
+
+def test_a_client_killed_without_goodbye_has_its_shells_closed_within_5s(server):
+    """A client process killed outright never sends DELETE; its event stream drops and the server notices."""
+    script = ("import asyncio, sys\nfrom mcp import Client\n"
+              "async def main():\n"
+              f"    async with Client({server.url!r}) as c:\n"
+              "        r = await c.call_tool('terminal_open', {'type': 'shell'})\n"
+              "        print(r.structured_content['pid'], flush=True)\n"
+              "        await asyncio.sleep(600)\n"
+              "asyncio.run(main())\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        pid = int(proc.stdout.readline())
+        assert alive(pid) and len(server.clients) == 1
+        wait_for(lambda: all(c.streams_seen for c in server.clients.values()), timeout=10)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+    killed = time.monotonic()
+    wait_for(lambda: not alive(pid), timeout=8)
+    assert time.monotonic() - killed < 5
+    wait_for(lambda: server.clients == {}, timeout=5)
+
+
+def test_cancelling_a_send_interrupts_the_program(server):
+    async def body():
+        async with Client(server.url) as client:
+            opened = await client.call_tool("terminal_open", {"type": "shell"})
+            sid, shell = opened.structured_content["sessionId"], opened.structured_content["pid"]
+            call = asyncio.ensure_future(client.call_tool("terminal_send", {"sessionId": sid, "text": "sleep 100"}))
+            deadline = time.monotonic() + 20
+            while not children_named(shell, ["sleep", "100"]):
+                assert time.monotonic() < deadline, "sleep 100 never started"
+                await asyncio.sleep(0.02)
+            sleeper = children_named(shell, ["sleep", "100"])[0]
+            call.cancel()
+            deadline = time.monotonic() + 10
+            while alive(sleeper):
+                assert time.monotonic() < deadline, "cancelling did not interrupt sleep 100"
+                await asyncio.sleep(0.02)
+            after = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo N-$((6*7))"})
+            await client.call_tool("terminal_close", {"sessionId": sid})
+            return after
+
+    after = run(body)
+    assert "N-42" in after.structured_content["viewport"]
+
+
+def test_long_sends_report_progress(server):
+    seen: list[tuple[float, str | None]] = []
+
+    async def progress(value, total, message):
+        seen.append((value, message))
+
+    async def body():
+        async with Client(server.url) as client:
+            sid = (await client.call_tool("terminal_open", {"type": "shell"})).structured_content["sessionId"]
+            r = await client.call_tool("terminal_send", {"sessionId": sid, "text": "sleep 2.5; echo done"},
+                                       progress_callback=progress)
+            await client.call_tool("terminal_close", {"sessionId": sid})
+            return r
+
+    r = run(body)
+    assert "done" in r.structured_content["viewport"]
+    assert len(seen) >= 2 and seen[0][0] < seen[-1][0]
+    assert "still running" in (seen[0][1] or "")
+
+
+def test_token_and_dns_rebinding(tools):
+    with pytest.raises(ConfigError, match="needs a token"):
+        HttpServer(tools, host="0.0.0.0")
+    server = HttpServer(tools, token=True)
+    server.start()
+    try:
+        refused = httpx2.post(server.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                              headers={"Accept": "application/json, text/event-stream"})
+        assert refused.status_code == 401 and "bearer token" in refused.text
+        auth = {"Authorization": f"Bearer {server.token}"}
+        rebound = httpx2.post(server.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                              headers={**auth, "Host": "evil.example:80",
+                                       "Accept": "application/json, text/event-stream"})
+        assert rebound.status_code in (403, 421)
+
+        async def body():
+            async with httpx2.AsyncClient(headers=auth) as http:
+                async with Client(streamable_http_client(server.url, http_client=http)) as client:
+                    return await client.call_tool("terminal_list", {})
+
+        assert run(body).structured_content == {"sessions": []}
+    finally:
+        server.stop()
+
+
+def test_the_sessionless_revision_is_refused_with_the_revisions_served(server):
+    reply = httpx2.post(server.url, json={"jsonrpc": "2.0", "id": 9, "method": "server/discover", "params": {}},
+                        headers={"MCP-Protocol-Version": "2026-07-28",
+                                 "Accept": "application/json, text/event-stream"})
+    assert reply.status_code == 400
+    error = reply.json()
+    assert error["id"] == 9 and error["error"]["code"] == -32022
+    assert "2025-11-25" in error["error"]["data"]["supported"]
+
+
+def test_the_command_line_prints_the_url_first(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "dsh_terminal_magics.mcp", "--http", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
+
+        async def body():
+            async with Client(url) as client:
+                return await client.call_tool("terminal_list", {})
+
+        assert run(body).structured_content == {"sessions": []}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 0
+        proc.stdout.close()
+        proc.stderr.close()
+    bad = subprocess.run([sys.executable, "-m", "dsh_terminal_magics.mcp", "--http", "--host", "0.0.0.0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "needs a token" in bad.stderr and bad.stdout == ""
