@@ -14,7 +14,9 @@ ALLOWED = {
     "mechanism": GROUND | {"mechanism"},
     "jobs": GROUND | {"mechanism", "jobs"},
     "tools": GROUND | {"mechanism", "jobs", "tools"},
-    "notebook": GROUND | {"tools", "notebook"},
+    "notebook": GROUND | {"tools", "notebook", "mcp"},
+    "mcp": GROUND | {"tools", "mcp"},
+    "integrations": GROUND | {"tools", "integrations"},
 }
 
 

@@ -12,6 +12,7 @@ is decided by the transport (:func:`build_server`'s ``agent_of``).
 from __future__ import annotations
 
 import time
+from importlib import metadata
 from typing import Any, Callable
 
 import anyio
@@ -87,5 +88,7 @@ def _content(text: str | list[dict[str, Any]]) -> list[types.ContentBlock]:
 
 
 def _version() -> str:
-    from .. import __version__
-    return __version__
+    try:
+        return metadata.version("dsh_terminal_magics")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "0"
