@@ -12,8 +12,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("the MCP server needs the MCP SDK 2.x: pip install 'dsh_terminal_magics[mcp]'") from exc
 
-from .http import Client, HttpServer
+from .http import Client, HttpServer, client_configs
 from .server import build_server, instructions, listed_tools
 from .stdio import serve_stdio
 
-__all__ = ["Client", "HttpServer", "build_server", "instructions", "listed_tools", "serve_stdio"]
+__all__ = ["Client", "HttpServer", "client_configs", "build_server", "instructions", "listed_tools", "serve_stdio"]

@@ -81,6 +81,19 @@ class HttpServer:
         self._reaper: Any = None
         self._sdk_sessions: Any = None
 
+    def __repr__(self) -> str:
+        state = "serving" if self._serving is not None else "stopped"
+        return f"<MCP server {self.url} ({state}, {len(self.clients)} client(s))>"
+
+    @property
+    def agents(self) -> list[Agent]:
+        """The :class:`Agent` of each connected client, oldest first (``%term_view --agent`` works on them)."""
+        return [c.agent for c in self.clients.values()]
+
+    def client_configs(self) -> str:
+        """Ready-to-paste client configuration for Claude Code, Codex and VS Code."""
+        return client_configs(self.url, self.token)
+
     # -- lifecycle -------------------------------------------------------------------------
     @property
     def url(self) -> str:
@@ -268,6 +281,23 @@ class _Gate:
             "message": f"protocol revision {version} is not served here (it has no sessions, and each client's "
                        "terminals belong to its session): use the initialize handshake",
             "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version}}})
+
+
+def client_configs(url: str, token: str | None = None, name: str = "dsh-terminal") -> str:
+    """How to connect Claude Code, Codex and VS Code to the server at ``url``."""
+    header = f' --header "Authorization: Bearer {token}"' if token else ""
+    codex_token = '\nbearer_token_env_var = "DSH_TERMINAL_MCP_TOKEN"   # export DSH_TERMINAL_MCP_TOKEN=' + token \
+        if token else ""
+    vscode_headers = f', "headers": {{"Authorization": "Bearer {token}"}}' if token else ""
+    return "\n".join([
+        "Claude Code:",
+        f"  claude mcp add --transport http {name} {url}{header}",
+        "Codex (~/.codex/config.toml):",
+        f"  [mcp_servers.{name}]",
+        f'  url = "{url}"' + codex_token.replace("\n", "\n  "),
+        "VS Code (.vscode/mcp.json):",
+        f'  {{"servers": {{"{name}": {{"type": "http", "url": "{url}"{vscode_headers}}}}}}}',
+    ])
 
 
 def _bearer_ok(header: str, token: str) -> bool:

@@ -161,6 +161,8 @@ class TerminalMagics(Magics):
         self._opened: dict[Agent, list[str]] = {}
         self._last_job: dict[Agent, str] = {}
         self.viewports: list[Any] = []
+        #: The MCP server started by ``%term_mcp start`` (an ``HttpServer``), if any.
+        self.mcp_server: Any = None
 
     def _tools_config(self) -> dict[str, Any]:
         return {"maxResultBytes": self.max_result_bytes, "enableRunInBackground": self.enable_run_in_background}
@@ -221,6 +223,9 @@ class TerminalMagics(Magics):
         for sid in reversed(self._opened.get(owner, [])):
             if sid in running:
                 return sid
+        for entry in reversed(sessions):  # opened elsewhere (an MCP client, a tool call): the newest
+            if entry.session_id in running:
+                return entry.session_id
         raise UsageError("no open terminal session: open one with %term_open")
 
     def _write(self, text: str) -> None:
@@ -611,9 +616,76 @@ class TerminalMagics(Magics):
         from .replay import ReplayViewport
         return ReplayViewport(args.path, speed=args.speed)
 
+    @magic_arguments()
+    @argument("action", nargs="?", default="status", choices=["start", "stop", "status"],
+              help="start serving, stop, or show the connected clients (default).")
+    @argument("--port", type=int, default=0, help="Port to listen on (default 0: a free one).")
+    @argument("--host", default="127.0.0.1", help="Address to bind (anything but loopback needs --token).")
+    @argument("--token", default=None, help="Bearer token clients must send ('auto' makes one).")
+    @line_magic
+    @_usage_errors
+    def term_mcp(self, line: str) -> Any:
+        """Serve this kernel's terminal tools over MCP (streamable HTTP) to agents outside the notebook.
+
+        Each connected client is its own Agent; ``server.agents`` lists them, so
+        ``%term_view --agent NAME`` (with ``NAME = server.agents[0]``) watches a client's
+        terminal live.  Stopping closes every client's sessions.
+
+        Examples::
+
+            In [1]: server = %term_mcp start --port 8765
+            In [2]: %term_mcp
+            In [3]: %term_mcp stop
+        """
+        args = parse_argstring(self.term_mcp, line)
+        if args.action == "start":
+            return self._start_mcp(args)
+        if self.mcp_server is None:
+            print("no MCP server running here: start one with %term_mcp start")
+            return None
+        if args.action == "stop":
+            clients = len(self.mcp_server.clients)
+            self.mcp_server.stop()
+            self.mcp_server = None
+            print(f"MCP server stopped; the sessions of {clients} connected client(s) were closed")
+            return None
+        print(self._mcp_status())
+        return None
+
+    def _start_mcp(self, args: Any) -> Any:
+        if self.mcp_server is not None:
+            print(f"already serving at {self.mcp_server.url}")
+            return self.mcp_server
+        try:
+            from ..mcp import HttpServer
+        except ImportError as exc:
+            raise UsageError(str(exc)) from None
+        token: Any = True if args.token == "auto" else args.token
+        server = HttpServer(self.tools, host=args.host, port=args.port, token=token)
+        server.start()
+        self.mcp_server = server
+        print(f"MCP server (streamable HTTP) at {server.url}")
+        if server.token:
+            print(f"clients send: Authorization: Bearer {server.token}")
+        print(server.client_configs())
+        return server
+
+    def _mcp_status(self) -> str:
+        server = self.mcp_server
+        lines = [f"MCP server at {server.url}: {len(server.clients)} client(s)"]
+        for index, client in enumerate(list(server.clients.values())):
+            sessions = self.tools.call("terminal_list", {}, agent=client.agent).root
+            lines.append(f"  [{index}] {client.name} (agent {client.agent.name!r}): {client.calls} call(s), "
+                         f"{len(sessions)} session(s) - watch with "
+                         f"a = server.agents[{index}]; %term_view --agent a")
+        return "\n".join(lines)
+
     # -- lifecycle --------------------------------------------------------------------------------
     def close(self) -> None:
         """Close every session and job of every owner these magics created or served."""
+        if self.mcp_server is not None:
+            self.mcp_server.stop()
+            self.mcp_server = None
         for view in self.viewports:
             try:
                 view.detach()
