@@ -272,12 +272,134 @@ text snapshot for readers of the saved notebook.
        "cells. Close the session when done; the viewport keeps its final view."),
 ]
 
+FRAMEWORKS = [
+    md("""
+# Agent frameworks: MCP, pydantic-ai, LangGraph, OpenAI Agents SDK
+
+The terminal tools plug into the agent stacks people already use. `%term_mcp start` serves them over
+MCP **from inside this kernel**: an outside agent (Claude Code, Codex, VS Code, or any MCP client) drives
+a terminal while you watch it live here. The framework adapters hand the same tools to pydantic-ai,
+LangChain/LangGraph and the OpenAI Agents SDK. Everything below runs offline: scripted models, no API key.
+"""),
+    code("%load_ext dsh_terminal_magics"),
+    md("## An MCP server in the kernel\nIt runs on the package's own loop, so cells stay free while clients "
+       "call it. The start message has ready-to-paste client configs."),
+    code("server = %term_mcp start"),
+    md("""
+Connect with the MCP SDK's own client, as an outside agent would. Each client is its own `Agent`
+(`server.agents`), so `%term_view --agent` shows its terminal live; the client answers a `read -p`
+question it sees waiting. When the client leaves, its terminals are closed.
+"""),
+    code("""from IPython.display import display
+from mcp import Client
+
+async with Client(server.url) as client:
+    opened = await client.call_tool("terminal_open", {"type": "shell", "name": "outside"})
+    sid = opened.structured_content["sessionId"]
+    outside = server.agents[0]
+    view = %term_view --agent outside
+    display(view)
+    %term_mcp
+    for text in ["read -p 'Your name? ' n; echo \\"hello $n\\"", "Ada"]:
+        reply = await client.call_tool("terminal_send", {"sessionId": sid, "text": text})
+        print(reply.content[0].text, "\\n")
+    print("structured:", {k: reply.structured_content[k] for k in ("waitReason", "exitCode", "sessionStatus")})
+    view.flush()
+    print("--- the viewport showed ---")
+    print(view.snapshot())"""),
+    code("%term_mcp"),
+    md("## pydantic-ai\n`toolset(tools, agent)` is a pydantic-ai toolset. Here a `FunctionModel` plays the model: "
+       "it opens a shell, runs a command, reads the result and closes the shell."),
+    code("""import re
+from pydantic_ai import Agent as PydanticAgent
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.models.function import FunctionModel
+
+from dsh_terminal_magics import Agent, TerminalTools
+from dsh_terminal_magics.integrations.pydantic_ai import toolset
+
+tools = TerminalTools()
+
+def scripted(messages, info):
+    returns = [p.content for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)]
+    if not returns:
+        return ModelResponse(parts=[ToolCallPart("terminal_open", {"type": "shell"})])
+    sid = re.search(r"sessionId: (t-[0-9a-f]{16})", returns[0]).group(1)
+    if len(returns) == 1:
+        return ModelResponse(parts=[ToolCallPart("terminal_send", {"sessionId": sid, "text": "echo $((6*7))"})])
+    if len(returns) == 2:
+        return ModelResponse(parts=[ToolCallPart("terminal_close", {"sessionId": sid})])
+    answer = re.search(r"\\n(\\d+)\\n", returns[1]).group(1)
+    return ModelResponse(parts=[TextPart(f"The shell says {answer}.")])
+
+bot = PydanticAgent(FunctionModel(scripted), toolsets=[toolset(tools, Agent("pydantic-ai"))])
+result = await bot.run("What is six times seven? Use the terminal.")
+result.output"""),
+    md("## LangGraph\n`structured_tools(tools, agent)` are LangChain `StructuredTool`s (`invoke` and `ainvoke`); "
+       "here LangGraph's prebuilt `ToolNode` runs a hand-made tool call."),
+    code("""from langchain_core.messages import AIMessage, ToolMessage
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode
+
+from dsh_terminal_magics.integrations.langchain import structured_tools
+
+graph_agent = Agent("langgraph")
+builder = StateGraph(MessagesState)
+builder.add_node("tools", ToolNode(structured_tools(tools, graph_agent)))
+builder.add_edge(START, "tools")
+builder.add_edge("tools", END)
+graph = builder.compile()
+
+def run_calls(*calls):
+    message = AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": f"call-{i}", "type": "tool_call"}
+                                                for i, (n, a) in enumerate(calls)])
+    state = graph.invoke({"messages": [message]})
+    return [m.content for m in state["messages"] if isinstance(m, ToolMessage)]
+
+[opened] = run_calls(("terminal_open", {"type": "python"}))
+sid = re.search(r"sessionId: (t-[0-9a-f]{16})", opened).group(1)
+for reply in run_calls(("terminal_send", {"sessionId": sid, "text": "sum(range(10))"}),
+                       ("terminal_send", {"sessionId": "t-0000000000000000", "text": "1"})):
+    print(reply, "\\n")
+run_calls(("terminal_close", {"sessionId": sid}))"""),
+    md("## OpenAI Agents SDK\n`function_tools(tools, agent)` are `FunctionTool`s (not strict: optional arguments "
+       "stay optional)."),
+    code("""from dsh_terminal_magics.integrations.openai_agents import function_tools
+
+[(t.name, t.strict_json_schema) for t in function_tools(tools, Agent("openai-agents"))][:3]"""),
+    md("""
+## Where a real model plugs in (not executed)
+
+```python
+# pydantic-ai
+bot = PydanticAgent("anthropic:claude-sonnet-4-5", toolsets=[toolset(tools, Agent("assistant"))],
+                    instructions=tools.system_prompt_sections()[0]["text"])
+print((await bot.run("Find the largest file under /tmp")).output)
+
+# LangGraph
+from langgraph.prebuilt import create_react_agent
+react = create_react_agent("openai:gpt-5", structured_tools(tools, Agent("react")))
+
+# OpenAI Agents SDK
+from agents import Agent as OpenAIAgent, Runner
+assistant = OpenAIAgent(name="terminal", instructions=tools.system_prompt_sections()[0]["text"],
+                        tools=function_tools(tools, Agent("assistant")))
+print((await Runner.run(assistant, "Find the largest file under /tmp")).final_output)
+```
+
+From a shell, the same MCP server without a notebook: `dsh-terminal-mcp` (stdio) or
+`dsh-terminal-mcp --http --port 8765`.
+"""),
+    code("%term_mcp stop\ntools.shutdown()"),
+]
+
 NOTEBOOKS = {
     "01-quickstart.ipynb": QUICKSTART,
     "02-repls-and-prompts.ipynb": REPLS,
     "03-background-jobs.ipynb": JOBS,
     "04-agent-loop.ipynb": AGENT,
     "05-teaching-demo.ipynb": TEACHING,
+    "06-agent-frameworks.ipynb": FRAMEWORKS,
 }
 
 
