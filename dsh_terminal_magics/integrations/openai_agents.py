@@ -24,7 +24,7 @@ def function_tools(tools: TerminalTools, agent: Agent) -> list[FunctionTool]:
 
 
 def _invoker(call: Any, name: str) -> Any:
-    async def invoke(context: Any, arguments: str) -> str:
+    async def invoke(_context: Any, arguments: str) -> str:
         try:
             args = json.loads(arguments or "{}")
         except ValueError as exc:

@@ -20,7 +20,7 @@ import json
 import secrets
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -46,7 +46,6 @@ class Client:
 
     session_id: str
     agent: Agent
-    connected_at: float = field(default_factory=time.time)
     name: str = "?"
     calls: int = 0
     #: Open requests and event streams; when the last ends, the time it ended.
@@ -122,8 +121,7 @@ class HttpServer:
 
         app = self._app()
         config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=3)
-        self._uvicorn = uvicorn.Server(config)
-        self._uvicorn.install_signal_handlers = lambda: None  # the kernel (or the CLI) owns signals
+        self._uvicorn = uvicorn.Server(config)  # off the main thread it leaves signals alone
         self._serving = asyncio.ensure_future(self._serve(sock))
         self._reaper = asyncio.ensure_future(self._reap())
 
@@ -149,10 +147,6 @@ class HttpServer:
         for session_id in list(self.clients):
             await self._client_left(session_id)
         self._serving = None
-
-    def wait(self) -> None:
-        """Block until the server stops (the command line's main loop)."""
-        self._loop.run(asyncio.shield(self._serving))
 
     # -- the app -----------------------------------------------------------------------------
     def _app(self) -> Any:
