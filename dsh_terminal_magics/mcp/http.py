@@ -120,7 +120,8 @@ class HttpServer:
         import uvicorn
 
         app = self._app()
-        config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=3)
+        config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on",
+                                timeout_graceful_shutdown=3)
         self._uvicorn = uvicorn.Server(config)  # off the main thread it leaves signals alone
         self._serving = asyncio.ensure_future(self._serve(sock))
         self._reaper = asyncio.ensure_future(self._reap())
