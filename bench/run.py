@@ -358,12 +358,114 @@ def bench_scale(count: int, samples: int) -> dict:
             "fds_per_session": fds_growth, "leftover_processes": ours_left}
 
 
+# -- many agents at once ----------------------------------------------------------------------------
+def loop_thread_cpu(tools: TerminalTools) -> float:
+    """CPU seconds the package's loop thread has used so far."""
+    tid = tools.manager.loop_thread.thread.native_id
+    with open(f"/proc/self/task/{tid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def drive(workers: list[Callable[[], object]], seconds: float) -> dict:
+    """Each worker in its own thread, calling its function in a loop for ``seconds``: throughput and latency."""
+    import threading
+
+    latencies: list[list[float]] = [[] for _ in workers]
+    gate = threading.Barrier(len(workers) + 1)
+    stop_at = [0.0]
+
+    def work(i: int) -> None:
+        gate.wait()
+        fn, mine = workers[i], latencies[i]
+        while True:
+            started = time.perf_counter()
+            if started >= stop_at[0]:
+                return
+            fn()
+            mine.append(time.perf_counter() - started)
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(workers))]
+    for t in threads:
+        t.start()
+    stop_at[0] = time.perf_counter() + seconds
+    gate.wait()
+    began = time.perf_counter()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - began
+    flat = [v for per in latencies for v in per]
+    return {"sends": len(flat), "sends_per_s": len(flat) / elapsed, "p50_ms": pct(flat, 0.5) * 1000,
+            "p95_ms": pct(flat, 0.95) * 1000}
+
+
+def drive_paced(workers: list[Callable[[], object]], seconds: float, period: float) -> dict:
+    """Each worker sends once every ``period`` seconds (an agent between model turns): latency under load
+    that leaves room, unlike :func:`drive`, where latency is just the number of workers over throughput."""
+    def paced(fn: Callable[[], object], offset: float) -> Callable[[], object]:
+        state = {"next": time.perf_counter() + offset}
+
+        def call() -> object:
+            delay = state["next"] - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            state["next"] += period
+            started = time.perf_counter()
+            fn()
+            timed.append(time.perf_counter() - started)
+            return None
+        return call
+
+    timed: list[float] = []
+    drive([paced(fn, period * i / len(workers)) for i, fn in enumerate(workers)], seconds)
+    return {"sends": len(timed), "sends_per_s": len(timed) / seconds, "period_s": period,
+            "p50_ms": pct(timed, 0.5) * 1000, "p95_ms": pct(timed, 0.95) * 1000}
+
+
+def bench_many_agents(count: int, seconds: float, sweep: tuple[int, ...]) -> dict:
+    """``count`` agents, each with its own shell, each sending ``echo hi`` in a loop (one thread per agent),
+    against ``count`` threads each driving pexpect on a known prompt; then a sweep of agent counts to show
+    where the single loop thread saturates (its CPU share beside the throughput)."""
+    tools = TerminalTools()
+    agents = [Agent(f"agent-{i}") for i in range(count)]
+    sids = [tools.call("terminal_open", {"type": "shell"}, agent=a).session_id for a in agents]
+
+    def ours(i: int) -> Callable[[], object]:
+        args = {"sessionId": sids[i], "text": "echo hi"}
+        return lambda: tools.call("terminal_send", args, agent=agents[i])
+
+    single = drive([ours(0)], max(1.0, seconds / 4))
+    single_paced = drive_paced([ours(0)], max(2.0, seconds / 2), period=0.1)
+    cpu0 = loop_thread_cpu(tools)
+    many = drive([ours(i) for i in range(count)], seconds)
+    many["loop_thread_cpu_percent"] = 100 * (loop_thread_cpu(tools) - cpu0) / seconds
+    paced = drive_paced([ours(i) for i in range(count)], seconds, period=0.1)
+    saturation = {}
+    for n in sweep:
+        cpu0 = loop_thread_cpu(tools)
+        row = drive([ours(i) for i in range(n)], max(1.0, seconds / 3))
+        row["loop_thread_cpu_percent"] = 100 * (loop_thread_cpu(tools) - cpu0) / max(1.0, seconds / 3)
+        saturation[str(n)] = row
+    tools.shutdown()
+    children = [PexpectPrompt("shell") for _ in range(count)]
+    theirs = drive([(lambda c=c: c.round_trip("echo hi")) for c in children], seconds)
+    theirs_paced = drive_paced([(lambda c=c: c.round_trip("echo hi")) for c in children], seconds, period=0.1)
+    for c in children:
+        c.close()
+    return {"agents": count, "seconds": seconds, "single agent, back to back": single,
+            "single agent, every 100 ms": single_paced, "ours, back to back": many,
+            "pexpect threads, back to back": theirs, "ours, every 100 ms each": paced,
+            "pexpect threads, every 100 ms each": theirs_paced, "sweep": saturation,
+            "paced_p95_vs_single_median": paced["p95_ms"] / single_paced["p50_ms"],
+            "throughput_ratio": many["sends_per_s"] / theirs["sends_per_s"]}
+
+
 # -- readiness after quiet periods ---------------------------------------------------------------------
 def bench_readiness(reps: int, cpu_window: float) -> dict:
     """``cat``, ``sleep 0; cat`` and ``sleep 0.2; cat``, interleaved: the send returns when cat blocks.
 
     The quiet-period penalty is median(sleep 0.2; cat - 0.2 s) - median(sleep 0; cat): the same work, only
-    the quiet period differs.  Also: CPU of this process while a silent ``sleep 30`` send waits.
+    the quiet period differs.  Also: CPU of this process while a silent foreground ``sleep`` send waits.
     """
     tools = TerminalTools()
     agent = Agent("readiness")
@@ -382,13 +484,17 @@ def bench_readiness(reps: int, cpu_window: float) -> dict:
         times["cat"].append(run("cat"))
         times["sleep 0; cat"].append(run("sleep 0; cat"))
         times["sleep 0.2; cat (minus 0.2 s)"].append(run("sleep 0.2; cat") - 0.2)
-    job = tools.call("terminal_send", {"sessionId": sid, "text": "sleep 30", "run_in_background": True},
-                     agent=agent).job_id
-    time.sleep(0.3)
+    import threading
+    waiting = threading.Thread(target=tools.call, args=("terminal_send", {
+        "sessionId": sid, "text": f"sleep {cpu_window + 30:.0f}", "idle": cpu_window + 60,
+        "timeout": cpu_window + 60}), kwargs={"agent": agent})
+    waiting.start()
+    time.sleep(1.0)  # past the first, closely spaced checks
     cpu0, wall0 = time.process_time(), time.monotonic()
     time.sleep(cpu_window)
     cpu = (time.process_time() - cpu0) / (time.monotonic() - wall0) * 100
-    tools.call("job_kill", {"jobId": job}, agent=agent)
+    tools.call("terminal_signal", {"sessionId": sid, "signal": "INT"}, agent=agent)
+    waiting.join()
     tools.shutdown()
     out: dict = {name: summary(values) for name, values in times.items()}
     out["quiet_penalty_ms"] = out["sleep 0.2; cat (minus 0.2 s)"]["median_ms"] - out["sleep 0; cat"]["median_ms"]
@@ -399,6 +505,8 @@ def bench_readiness(reps: int, cpu_window: float) -> dict:
 
 # -- kernel responsiveness ---------------------------------------------------------------------------
 def bench_kernel(reps: int, flood_bytes: int) -> dict:
+    """A real kernel through jupyter_client: the full execute round trip of ``%term_send echo hi`` beside
+    ``!echo hi`` and ``%%bash``, and cell latency while a session floods output in the background."""
     from jupyter_client.manager import KernelManager
 
     km = KernelManager(kernel_name="python3")
@@ -412,21 +520,28 @@ def bench_kernel(reps: int, flood_bytes: int) -> dict:
         kc.execute_interactive(code, timeout=60, output_hook=lambda msg: None)
         return time.perf_counter() - started
 
+    cells = {"%term_send echo hi": "%term_send echo hi", "!echo hi": "!echo hi",
+             "%%bash echo hi": "%%bash\necho hi", "1 (an empty cell)": "1"}
+    echo: dict[str, list[float]] = {name: [] for name in cells}
     try:
         cell("%load_ext dsh_terminal_magics")
         cell("%term_open")
+        order = list(cells)
+        for _ in range(reps):
+            order = order[1:] + order[:1]
+            for name in order:
+                echo[name].append(cell(cells[name]))
         idle = [cell("1") for _ in range(reps)]
         cell(f"%term_send --bg {producer(flood_bytes)}")
         flood = []
         for _ in range(reps):
             flood.append(cell("1"))
-        done = cell("%job_kill")
-        del done
+        cell("%job_kill")
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=False)
-    return {"idle": summary(idle), "flood": summary(flood),
-            "p95_ratio": pct(flood, 0.95) / pct(idle, 0.95)}
+    return {"echo hi, full execute round trip": {name: summary(v) for name, v in echo.items()},
+            "idle": summary(idle), "flood": summary(flood), "p95_ratio": pct(flood, 0.95) / pct(idle, 0.95)}
 
 
 # -- report ------------------------------------------------------------------------------------------
@@ -459,6 +574,20 @@ def verdicts(r: dict) -> list[tuple[str, bool, str]]:
     out.append(("<= 256 KiB kernel RSS per idle session beyond scrollback", extra <= 256, f"{extra:.0f} KiB"))
     k = r["kernel"]
     out.append(("cell p95 during flood <= 3x idle", k["p95_ratio"] <= 3, f"{k['p95_ratio']:.2f}x"))
+    cells = k["echo hi, full execute round trip"]
+    term, bang = cells["%term_send echo hi"]["median_ms"], cells["!echo hi"]["median_ms"]
+    bash = cells["%%bash echo hi"]["median_ms"]
+    out.append(("%term_send echo hi cell within 1.2x a %%bash cell (real kernel)", term <= 1.2 * bash,
+                f"{term / bash:.2f}x ({term:.2f} vs {bash:.2f} ms; !echo hi {bang:.2f} ms)"))
+    m = r["many_agents"]
+    paced, alone = m["ours, every 100 ms each"], m["single agent, every 100 ms"]
+    out.append((f"{m['agents']} agents each sending every 100 ms: p95 <= 3x one agent's median at that pace",
+                m["paced_p95_vs_single_median"] <= 3,
+                f"{m['paced_p95_vs_single_median']:.2f}x ({paced['p95_ms']:.2f} vs {alone['p50_ms']:.2f} ms; "
+                f"pexpect threads {m['pexpect threads, every 100 ms each']['p95_ms']:.2f} ms)"))
+    out.append((f"{m['agents']} agents back to back: throughput >= 0.7x pexpect threads", m["throughput_ratio"] >= 0.7,
+                f"{m['throughput_ratio']:.2f}x ({m['ours, back to back']['sends_per_s']:.0f} vs "
+                f"{m['pexpect threads, back to back']['sends_per_s']:.0f} sends/s)"))
     q = r["readiness"]
     out.append(("detection after a quiet period: penalty <= 2 ms", q["quiet_penalty_ms"] <= 2,
                 f"{q['quiet_penalty_ms']:.2f} ms (vs cat alone: {q['vs_cat_alone_ms']:.2f} ms, which includes "
@@ -485,6 +614,7 @@ def main() -> int:
     results["scale"] = bench_scale(20 if q else 200, 1 if q else 3)
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
     results["readiness"] = bench_readiness(20 if q else 100, 2.0 if q else 10.0)
+    results["many_agents"] = bench_many_agents(8 if q else 64, 1.0 if q else 10.0, (2, 4) if q else (1, 8, 16, 32))
     results["verdicts"] = [{"target": t, "pass": ok, "measured": m} for t, ok, m in verdicts(results)]
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / ("quick.json" if q else "latest.json")).write_text(json.dumps(results, indent=1))

@@ -67,6 +67,8 @@ class ReadinessProbe:
             self.tty_rdev = None
         self._timeout = 0.0
         self._group_cache: tuple[int, list[int]] | None = None
+        #: The foreground group and the scheduler stats of every thread the last check looked at.
+        self._last_sample: tuple[int, dict[tuple[int, int], bytes]] | None = None
 
     # -- public ------------------------------------------------------------
     def foreground_pgid(self) -> int:
@@ -115,9 +117,21 @@ class ReadinessProbe:
             return None
         self._timeout = 0.0
         members = self.group_members(pgid)
+        self._last_sample = (pgid, {})
         if members and self._group_verdict(members, fence) is True:
             return self._timeout
         return None
+
+    def unchanged_since_last_check(self) -> bool:
+        """Whether no thread the last check looked at has run since (one small read per thread).
+
+        Then that check's answer still stands - unless a process joined the group without any member
+        running, which is why callers still check in full now and then.
+        """
+        last = self._last_sample
+        if last is None or not last[1] or self.foreground_pgid() != last[0]:
+            return False
+        return all(_schedstat(pid, tid) == stat for (pid, tid), stat in last[1].items())
 
     # -- internals ---------------------------------------------------------
     def members_seen(self, pgid: int) -> list[int]:
@@ -181,6 +195,8 @@ class ReadinessProbe:
             return "busy"
         waits_on_tty = self._waits_on_tty(pid, syscall)
         after = _schedstat(pid, tid)
+        if self._last_sample is not None and after is not None:
+            self._last_sample[1][(pid, tid)] = after
         if after != before:
             return "busy"
         if waits_on_tty is None:

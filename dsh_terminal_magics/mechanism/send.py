@@ -43,6 +43,9 @@ MAX_TICK = 0.05
 #: After a foreground process exits, checks run back to back this long (seconds): whatever the shell
 #: starts next usually blocks within a few milliseconds, and a 1 ms tick would add up to a tick of delay.
 EXIT_BURST = 0.006
+#: While nothing happens, a tick whose foreground threads have not run since the last check skips it;
+#: a full check still runs at least this often (seconds).
+FULL_CHECK_EVERY = 1.0
 #: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
 TIMED_WAIT_SETTLE = 1.5
 #: How long an interrupted send waits for the program to come back before giving up (seconds).
@@ -185,13 +188,16 @@ class SendOperation:
         partial_from = session.scrollback.chars_written if self.payload and not self.request.submit else -1
         spins, tick, burst_until = SPIN_CHECKS, MIN_TICK, 0.0
         activity = session.activity()
+        quiet_tick, checked_at = False, 0.0
         try:
             while True:
                 if not session.running:
                     return self._result("session_exit")
                 now = time.monotonic()
-                if self._ready(self.fence, partial_from) and self._nothing_asked_since():
-                    return self._result("stdin_read")
+                if not (quiet_tick and self._may_skip_check(now - checked_at)):
+                    checked_at = now
+                    if self._ready(self.fence, partial_from) and self._nothing_asked_since():
+                        return self._result("stdin_read")
                 if self.cancel_requested:
                     if now - self.interrupted_at > INTERRUPT_GRACE:
                         return self._result("timeout")
@@ -211,6 +217,7 @@ class SendOperation:
                     session.watch_foreground_exits()
                     await session.sleep_until_output(min(tick, self.deadline - now, max(idle_at - now, 0.0005)))
                     tick = min(tick * 2, MAX_TICK)
+                quiet_tick = tick >= MAX_TICK and session.activity() == activity
                 if session.activity() != activity:  # output, or a foreground process exited: look closely
                     if session.activity()[1] != activity[1]:  # the next program starts within milliseconds
                         burst_until = time.monotonic() + EXIT_BURST
@@ -218,6 +225,12 @@ class SendOperation:
                     spins, tick = SPIN_CHECKS, MIN_TICK
         finally:
             session.stop_watching_exits()
+
+    def _may_skip_check(self, since_full_check: float) -> bool:
+        """On a quiet tick: the last check said "not waiting" and nothing it looked at has run since."""
+        probe = self.session.probe
+        return (since_full_check < FULL_CHECK_EVERY and self._timed_wait is None and probe is not None
+                and probe.available and probe.unchanged_since_last_check())
 
     def _ready(self, fence: Fence, partial_from: int) -> bool:
         """Is the program waiting for input?  ``partial_from``: output count at the write of
