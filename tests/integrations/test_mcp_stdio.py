@@ -118,3 +118,29 @@ def test_stdout_carries_protocol_messages_only():
     assert len(by_id[5]["result"]["tools"]) == 10
     pid = by_id[2]["result"]["structuredContent"]["pid"]
     assert not alive(pid)
+
+
+def test_the_command_line_takes_the_tools_config(tmp_path):
+    config = tmp_path / "tools.json"
+    config.write_text(json.dumps({"enableTerminalExtensions": False, "enableRunInBackground": False,
+                                  "maxResultBytes": 300}))
+    server = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "dsh_terminal_magics.mcp", "--config", str(config)])
+
+    async def body():
+        async with Client(server) as client:
+            names = [t.name for t in (await client.list_tools()).tools]
+            sid = (await client.call_tool("terminal_open", {"type": "shell"})).structured_content["sessionId"]
+            long = await client.call_tool("terminal_send", {"sessionId": sid, "text": "seq 1 500"})
+            await client.call_tool("terminal_close", {"sessionId": sid})
+            return names, long
+
+    names, long = run(body)
+    assert names == ["terminal_open", "terminal_send", "terminal_read", "terminal_signal", "terminal_close",
+                     "terminal_list", "job_output", "job_kill"]
+    assert len(long.content[0].text.encode()) <= 300 and not long.is_error  # capped like call_text
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"maxResultBytes": "lots"}))
+    out = subprocess.run([sys.executable, "-m", "dsh_terminal_magics.mcp", "--config", str(bad)],
+                         capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == 2 and "maxResultBytes" in out.stderr and out.stdout == ""
