@@ -274,3 +274,19 @@ def test_the_command_line_prints_the_url_first(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "dsh_terminal_magics.mcp", "--http", "--host", "0.0.0.0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "needs a token" in bad.stderr and bad.stdout == ""
+
+
+def test_a_quiet_client_keeps_its_terminals(server):
+    """Only a client that is gone loses its sessions: one that just says nothing for a while keeps them."""
+    async def body():
+        async with Client(server.url) as client:
+            opened = await client.call_tool("terminal_open", {"type": "shell"})
+            sid = opened.structured_content["sessionId"]
+            await client.call_tool("terminal_send", {"sessionId": sid, "text": "export KEPT=yes"})
+            await asyncio.sleep(4)  # twice the reconnect grace, with no request in flight
+            later = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo kept-$KEPT"})
+            await client.call_tool("terminal_close", {"sessionId": sid})
+            return later
+
+    later = run(body)
+    assert not later.is_error and "kept-yes" in later.structured_content["viewport"]
