@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
@@ -41,6 +42,28 @@ def children_named(parent: int, argv: list[str]) -> list[int]:
                 if cmd == argv and alive(child):
                     found.append(child)
     return found
+
+
+async def cancel_a_sleep_then_send(client: Any) -> Any:
+    """Over an MCP ``client``: start ``sleep 100`` in a new shell, cancel the call once the sleep runs,
+    wait until the sleep is gone (the cancel interrupted it), then send ``echo N-$((6*7))``; returns that
+    result (the shell is closed)."""
+    opened = await client.call_tool("terminal_open", {"type": "shell"})
+    sid, shell = opened.structured_content["sessionId"], opened.structured_content["pid"]
+    call = asyncio.ensure_future(client.call_tool("terminal_send", {"sessionId": sid, "text": "sleep 100"}))
+    deadline = time.monotonic() + 20
+    while not children_named(shell, ["sleep", "100"]):
+        assert time.monotonic() < deadline, "sleep 100 never started"
+        await asyncio.sleep(0.02)
+    sleeper = children_named(shell, ["sleep", "100"])[0]
+    call.cancel()
+    deadline = time.monotonic() + 10
+    while alive(sleeper):
+        assert time.monotonic() < deadline, "cancelling did not interrupt sleep 100"
+        await asyncio.sleep(0.02)
+    after = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo N-$((6*7))"})
+    await client.call_tool("terminal_close", {"sessionId": sid})
+    return after
 
 
 def run(body: Callable[[], Awaitable[Any]], timeout: float = 60) -> Any:

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +18,7 @@ from dsh_terminal_magics.mcp import HttpServer
 from dsh_terminal_magics.tools.models import ForegroundSendResult
 
 from tests.conftest import wait_for
-from tests.integrations.conftest import alive, children_named, run
+from tests.integrations.conftest import alive, cancel_a_sleep_then_send, run
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -178,22 +176,7 @@ def test_a_client_killed_without_goodbye_has_its_shells_closed_within_5s(server)
 def test_cancelling_a_send_interrupts_the_program(server):
     async def body():
         async with Client(server.url) as client:
-            opened = await client.call_tool("terminal_open", {"type": "shell"})
-            sid, shell = opened.structured_content["sessionId"], opened.structured_content["pid"]
-            call = asyncio.ensure_future(client.call_tool("terminal_send", {"sessionId": sid, "text": "sleep 100"}))
-            deadline = time.monotonic() + 20
-            while not children_named(shell, ["sleep", "100"]):
-                assert time.monotonic() < deadline, "sleep 100 never started"
-                await asyncio.sleep(0.02)
-            sleeper = children_named(shell, ["sleep", "100"])[0]
-            call.cancel()
-            deadline = time.monotonic() + 10
-            while alive(sleeper):
-                assert time.monotonic() < deadline, "cancelling did not interrupt sleep 100"
-                await asyncio.sleep(0.02)
-            after = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo N-$((6*7))"})
-            await client.call_tool("terminal_close", {"sessionId": sid})
-            return after
+            return await cancel_a_sleep_then_send(client)
 
     after = run(body)
     assert "N-42" in after.structured_content["viewport"]

@@ -1,7 +1,6 @@
 """The MCP server over stdio, driven by the SDK's own client and by raw JSON-RPC lines."""
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from mcp import Client, StdioServerParameters
 from dsh_terminal_magics import TerminalTools
 
 from tests.conftest import wait_for
-from tests.integrations.conftest import alive, children_named, run
+from tests.integrations.conftest import alive, cancel_a_sleep_then_send, run
 
 pytestmark = pytest.mark.timeout(120)
 SERVER = StdioServerParameters(command=sys.executable, args=["-m", "dsh_terminal_magics.mcp"])
@@ -58,22 +57,7 @@ def test_stdio_session_lifecycle_and_eof_closes_the_shells():
 def test_stdio_cancellation_interrupts_the_program():
     async def body():
         async with Client(SERVER) as client:
-            opened = await client.call_tool("terminal_open", {"type": "shell"})
-            sid, shell = opened.structured_content["sessionId"], opened.structured_content["pid"]
-            call = asyncio.ensure_future(client.call_tool("terminal_send", {"sessionId": sid, "text": "sleep 100"}))
-            deadline = time.monotonic() + 20
-            while not children_named(shell, ["sleep", "100"]):
-                assert time.monotonic() < deadline, "sleep 100 never started"
-                await asyncio.sleep(0.02)
-            sleeper = children_named(shell, ["sleep", "100"])[0]
-            call.cancel()
-            deadline = time.monotonic() + 10
-            while alive(sleeper):
-                assert time.monotonic() < deadline, "cancelling did not interrupt sleep 100"
-                await asyncio.sleep(0.02)
-            after = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo N-$((6*7))"})
-            await client.call_tool("terminal_close", {"sessionId": sid})
-            return after
+            return await cancel_a_sleep_then_send(client)
 
     assert "N-42" in run(body).structured_content["viewport"]
 
