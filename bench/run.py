@@ -484,6 +484,20 @@ def bench_readiness(reps: int, cpu_window: float) -> dict:
         times["cat"].append(run("cat"))
         times["sleep 0; cat"].append(run("sleep 0; cat"))
         times["sleep 0.2; cat (minus 0.2 s)"].append(run("sleep 0.2; cat") - 0.2)
+    # In-process quiet periods: the program sleeps, then reads (no process exits, no output to signal it).
+    # It writes time.monotonic() to a file just before input(): the delay is result time minus that.
+    stamp = Path(f"/tmp/dsh-bench-stamp-{os.getpid()}")
+    python_sleeps: dict[str, list[float]] = {"python time.sleep(0.2); input()": [],
+                                             "python time.sleep(2); input()": []}
+    for _ in range(max(3, reps // 10)):
+        for label, seconds in zip(python_sleeps, (0.2, 2.0)):
+            code = (f"import time; time.sleep({seconds}); open({str(stamp)!r}, 'w').write(repr(time.monotonic())); "
+                    "input()")
+            tools.call("terminal_send", {"sessionId": sid, "text": f"{sys.executable} -c \"{code}\""}, agent=agent)
+            python_sleeps[label].append(time.monotonic() - float(stamp.read_text()))
+            tools.call("terminal_send", {"sessionId": sid, "text": "", "submit": False, "keys": ["C-d"]},
+                       agent=agent)
+    stamp.unlink(missing_ok=True)
     import threading
     waiting = threading.Thread(target=tools.call, args=("terminal_send", {
         "sessionId": sid, "text": f"sleep {cpu_window + 30:.0f}", "idle": cpu_window + 60,
@@ -500,6 +514,8 @@ def bench_readiness(reps: int, cpu_window: float) -> dict:
     out["quiet_penalty_ms"] = out["sleep 0.2; cat (minus 0.2 s)"]["median_ms"] - out["sleep 0; cat"]["median_ms"]
     out["vs_cat_alone_ms"] = out["sleep 0.2; cat (minus 0.2 s)"]["median_ms"] - out["cat"]["median_ms"]
     out["cpu_percent_while_waiting"] = cpu
+    out.update({f"{name}: input() to result": summary(values) for name, values in python_sleeps.items()})
+    out["in_process_after_2s_ms"] = out["python time.sleep(2); input(): input() to result"]["median_ms"]
     return out
 
 
@@ -595,6 +611,10 @@ def verdicts(r: dict) -> list[tuple[str, bool, str]]:
     out.append(("detection after a quiet period: penalty <= 2 ms", q["quiet_penalty_ms"] <= 2,
                 f"{q['quiet_penalty_ms']:.2f} ms (vs cat alone: {q['vs_cat_alone_ms']:.2f} ms, which includes "
                 "starting sleep)"))
+    short = q["python time.sleep(0.2); input(): input() to result"]["median_ms"]
+    out.append(("in-process quiet period: python time.sleep(2) then input(), input() to result <= 2 ms",
+                q["in_process_after_2s_ms"] <= 2,
+                f"{q['in_process_after_2s_ms']:.2f} ms (after time.sleep(0.2): {short:.2f} ms)"))
     out.append(("CPU while a silent send waits < 1% of a core", q["cpu_percent_while_waiting"] < 1,
                 f"{q['cpu_percent_while_waiting']:.2f}%"))
     return out

@@ -23,6 +23,7 @@ import os
 import platform
 import struct
 import termios
+import time
 from dataclasses import dataclass, field
 
 from .process_tree import HAVE_PROC, process_table, read_proc, read_stat
@@ -39,6 +40,13 @@ _SYSCALLS = {
 
 _POLLIN = 0x1
 _EPOLLIN = 0x1
+#: Sleeps whose end can be read from the syscall's arguments: nanosleep(req, rem) and
+#: clock_nanosleep(clock, flags, req, rem).
+_SLEEPS = {
+    "x86_64": {35: "nanosleep", 230: "clock_nanosleep"},
+    "aarch64": {101: "nanosleep", 115: "clock_nanosleep"},
+}.get(platform.machine(), {})
+_CLOCK_REALTIME, _CLOCK_MONOTONIC, _TIMER_ABSTIME = 0, 1, 1
 
 
 @dataclass
@@ -69,6 +77,10 @@ class ReadinessProbe:
         self._group_cache: tuple[int, list[int]] | None = None
         #: The foreground group and the scheduler stats of every thread the last check looked at.
         self._last_sample: tuple[int, dict[tuple[int, int], bytes]] | None = None
+        #: Relative sleeps seen: (pid, tid) -> (the syscall line, when first seen in it).
+        self._sleeps_seen: dict[tuple[int, int], tuple[str, float]] = {}
+        #: The last :meth:`sleep_ends` answer and the check it was read after (nothing ran since: reuse it).
+        self._sleep_answer: tuple[object, float | None] | None = None
 
     # -- public ------------------------------------------------------------
     def foreground_pgid(self) -> int:
@@ -132,6 +144,55 @@ class ReadinessProbe:
         if last is None or not last[1] or self.foreground_pgid() != last[0]:
             return False
         return all(_schedstat(pid, tid) == stat for (pid, tid), stat in last[1].items())
+
+    def sleep_ends(self, now: float) -> float | None:
+        """When the first thread of the last check that sleeps in ``nanosleep``/``clock_nanosleep`` wakes up
+        (``time.monotonic()`` seconds), or None.
+
+        A program that sleeps and then reads (``time.sleep(2); input()``) gives no event when it wakes; a
+        check scheduled for that moment sees its read at once instead of at the next slow tick.  An absolute
+        sleep (Python's ``time.sleep``) says exactly when; a relative one is timed from when it was first seen,
+        so the check comes at or a little after the wake, never before it.
+        """
+        last = self._last_sample
+        if last is None or not _SLEEPS:
+            return None
+        if self._sleep_answer is not None and self._sleep_answer[0] is last[1]:
+            return self._sleep_answer[1]  # no check since: nothing of the group has run
+        ends = []
+        for pid, tid in last[1]:
+            line = _read_text(f"/proc/{pid}/task/{tid}/syscall")
+            end = self._sleep_end(pid, tid, line, now) if line else None
+            if end is not None:
+                ends.append(end)
+        self._sleep_answer = (last[1], min(ends) if ends else None)
+        return self._sleep_answer[1]
+
+    def _sleep_end(self, pid: int, tid: int, line: str, now: float) -> float | None:
+        parts = line.split()
+        try:
+            name = _SLEEPS.get(int(parts[0]))
+            args = [int(a, 16) for a in parts[1:7]]
+        except (ValueError, IndexError):
+            return None
+        if name is None:
+            self._sleeps_seen.pop((pid, tid), None)
+            return None
+        clock, flags, request = (_CLOCK_MONOTONIC, 0, args[0]) if name == "nanosleep" else args[:3]
+        try:
+            sec, nsec = struct.unpack("qq", _read_memory(pid, request, 16))
+        except (OSError, ValueError, struct.error):
+            return None
+        if flags & _TIMER_ABSTIME:
+            if clock == _CLOCK_MONOTONIC:
+                return sec + nsec / 1e9
+            if clock == _CLOCK_REALTIME:
+                return now + (sec + nsec / 1e9 - time.time())
+            return None
+        seen = self._sleeps_seen.get((pid, tid))
+        if seen is None or seen[0] != line:
+            seen = self._sleeps_seen[(pid, tid)] = (line, now)
+        return seen[1] + sec + nsec / 1e9
 
     # -- internals ---------------------------------------------------------
     def members_seen(self, pgid: int) -> list[int]:

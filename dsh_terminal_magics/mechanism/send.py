@@ -43,6 +43,8 @@ MAX_TICK = 0.05
 #: After a foreground process exits, checks run back to back this long (seconds): whatever the shell
 #: starts next usually blocks within a few milliseconds, and a 1 ms tick would add up to a tick of delay.
 EXIT_BURST = 0.006
+#: From this tick on, a tick also reads when the foreground program's sleep ends, to check right then.
+SLEEP_WATCH_TICK = 0.004
 #: While nothing happens, a tick whose foreground threads have not run since the last check skips it;
 #: a full check still runs at least this often (seconds).
 FULL_CHECK_EVERY = 1.0
@@ -215,9 +217,13 @@ class SendOperation:
                     await session.sleep_until_output(0)
                 else:
                     session.watch_foreground_exits()
-                    await session.sleep_until_output(min(tick, self.deadline - now, max(idle_at - now, 0.0005)))
+                    delay = min(tick, self.deadline - now, max(idle_at - now, 0.0005))
+                    wakes = self._sleep_ends(now) if tick >= SLEEP_WATCH_TICK else None
+                    if wakes is not None and wakes - now < delay:  # the program's sleep ends first: be there
+                        delay, burst_until = max(wakes - now, 0.0), wakes + EXIT_BURST
+                    await session.sleep_until_output(delay)
                     tick = min(tick * 2, MAX_TICK)
-                quiet_tick = tick >= MAX_TICK and session.activity() == activity
+                quiet_tick = tick >= MAX_TICK and session.activity() == activity and now >= burst_until
                 if session.activity() != activity:  # output, or a foreground process exited: look closely
                     if session.activity()[1] != activity[1]:  # the next program starts within milliseconds
                         burst_until = time.monotonic() + EXIT_BURST
@@ -225,6 +231,10 @@ class SendOperation:
                     spins, tick = SPIN_CHECKS, MIN_TICK
         finally:
             session.stop_watching_exits()
+
+    def _sleep_ends(self, now: float) -> float | None:
+        probe = self.session.probe
+        return probe.sleep_ends(now) if probe is not None and probe.available else None
 
     def _may_skip_check(self, since_full_check: float) -> bool:
         """On a quiet tick: the last check said "not waiting" and nothing it looked at has run since."""

@@ -179,3 +179,33 @@ def test_output_is_consumed_while_the_caller_is_busy(manager, agent, shell):
     assert manager.loop_thread.call(lambda: op.done)
     assert manager.loop_thread.call(lambda: session.raw.total) > 300000 * 6
     assert "END-OF-SEQ" in manager.sync.read(agent, shell, 0, 5).lines
+
+
+@pytest.mark.parametrize("command, absolute", [
+    (f"{sys.executable} -c 'import time; time.sleep(40)'", True),  # clock_nanosleep, absolute deadline
+    ("sleep 40", False),                                            # nanosleep, relative
+])
+def test_a_sleeping_program_says_when_it_wakes(manager, agent, shell, command, absolute):
+    """A check is scheduled for the end of the foreground program's sleep (``time.sleep(2); input()`` is seen
+    when the sleep ends, not at the next slow tick): the probe reads that end from the sleep's arguments."""
+    import time as clock
+
+    from tests.conftest import wait_for
+    r = send(manager, agent, shell, command, timeout=0.5)
+    assert r.wait_reason == "timeout"
+    session = manager.loop_thread.call(manager.session, agent, shell)
+
+    def ends():
+        def read():
+            probe = session.probe
+            probe.waiting_for_input(probe.fence())  # a check: it samples the group's threads
+            return probe.sleep_ends(clock.monotonic())
+        return manager.loop_thread.call(read)
+
+    started = clock.monotonic()
+    end = wait_for(ends, timeout=10)
+    assert started + 30 < end < started + 41, (end - started)  # at or after the wake, never before it
+    assert end == ends() or not absolute  # an absolute deadline reads the same every time
+    manager.sync.signal(agent, shell, "SIGINT")
+    assert send(manager, agent, shell, "echo back").wait_reason == "stdin_read"
+    assert manager.loop_thread.call(lambda: session.probe.sleep_ends(clock.monotonic())) is None
