@@ -141,6 +141,22 @@ class SessionManager:
             raise SessionLimitError(f"this kernel already runs {everyone} terminal sessions, the most it allows "
                                     f"({MAX_SESSIONS_PER_PROCESS}): close sessions that no longer matter")
 
+    def interrupt_foreground_send(self, owner: object, session_id: object) -> bool:
+        """Interrupt ``owner``'s foreground send on ``session_id`` as its caller's Ctrl-C would (loop thread).
+
+        False when there is none (unknown session, no send, or a background job's send, which
+        ``job_kill`` ends).
+        """
+        try:
+            session = self.session(owner, session_id)
+        except TerminalError:
+            return False
+        op = session.operation
+        if op is None or not (session.reservation or "").startswith("a foreground send"):
+            return False
+        op.cancel()
+        return True
+
     def begin_send(self, owner: object, session_id: str, request: SendRequest, holder: str) -> SendOperation:
         """Take the session's send reservation for ``holder`` and start the send (loop thread)."""
         session = self.session(owner, session_id)

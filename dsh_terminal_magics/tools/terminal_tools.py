@@ -124,9 +124,18 @@ class TerminalTools:
 
     async def acall(self, name: str, args: dict[str, Any] | None = None, *,
                     agent: Agent | None = None) -> BaseModel:
-        """:meth:`call` for ``await`` in a cell (policies, which are plain functions, run in a worker thread)."""
+        """:meth:`call` for ``await`` in a cell (policies, which are plain functions, run in a worker thread).
+
+        Cancelling the awaiting task interrupts a foreground send's program, as Ctrl-C does for :meth:`call`.
+        """
         if self.policies or self.observers:
-            return await asyncio.to_thread(self.call, name, args, agent=agent)
+            worker = asyncio.ensure_future(asyncio.to_thread(self.call, name, args, agent=agent))
+            try:
+                return await asyncio.shield(worker)
+            except asyncio.CancelledError:
+                if name == "terminal_send" and isinstance(args, dict):
+                    self._interrupt_foreground_send(agent, args.get("sessionId"))
+                raise
         parsed = self._check(name, args, agent)
         return await self._loop.arun(HANDLERS[name](self._context(), parsed, agent))  # type: ignore[arg-type]
 
@@ -161,6 +170,10 @@ class TerminalTools:
             return ToolAnswer(self.render_error(exc), None, True)
         text = self.render(result)
         return ToolAnswer(text, structured_result(result, _plain(text)), False)
+
+    def _interrupt_foreground_send(self, agent: Agent | None, session_id: Any) -> None:
+        """Interrupt ``agent``'s foreground send on ``session_id``, if one runs (a job's send is left alone)."""
+        self._loop.call(self.manager.interrupt_foreground_send, agent, session_id)
 
     def _execute(self, call: ToolCall, parsed: BaseModel, on_output: Callable[[str], None] | None,
                  show_prompt: bool = True) -> BaseModel:

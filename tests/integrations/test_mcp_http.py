@@ -273,3 +273,21 @@ def test_a_quiet_client_keeps_its_terminals(server):
 
     later = run(body)
     assert not later.is_error and "kept-yes" in later.structured_content["viewport"]
+
+
+def test_cancelling_interrupts_the_program_with_policies_in_place(tools):
+    """With policies or observers the call runs in a worker thread; cancelling still interrupts the program."""
+    seen = []
+    tools.observers.append(lambda call, result, error: seen.append(call.name))
+    server = HttpServer(tools)
+    server.start()
+    try:
+        async def body():
+            async with Client(server.url) as client:
+                return await cancel_a_sleep_then_send(client)
+
+        after = run(body)
+    finally:
+        server.stop()
+    assert "N-42" in after.structured_content["viewport"]
+    assert seen.count("terminal_send") == 2  # the interrupted send and the next one, both observed
