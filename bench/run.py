@@ -489,7 +489,7 @@ def bench_readiness(reps: int, cpu_window: float) -> dict:
     stamp = Path(f"/tmp/dsh-bench-stamp-{os.getpid()}")
     python_sleeps: dict[str, list[float]] = {"python time.sleep(0.2); input()": [],
                                              "python time.sleep(2); input()": []}
-    for _ in range(max(3, reps // 10)):
+    for _ in range(max(2, reps // 10)):
         for label, seconds in zip(python_sleeps, (0.2, 2.0)):
             code = (f"import time; time.sleep({seconds}); open({str(stamp)!r}, 'w').write(repr(time.monotonic())); "
                     "input()")
@@ -632,7 +632,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d"),
         "command": "python3 bench/run.py" + (" --quick" if q else ""),
     }
-    results["round_trip"] = bench_round_trip(40 if q else 400)
+    results["round_trip"] = bench_round_trip(24 if q else 400)
     results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
     results["scale"] = bench_scale(20 if q else 200, 1 if q else 3)
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
