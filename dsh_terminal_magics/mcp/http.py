@@ -65,6 +65,8 @@ class HttpServer:
 
     def __init__(self, tools: TerminalTools, *, host: str = "127.0.0.1", port: int = 0,
                  token: str | bool | None = None, allowed_hosts: list[str] | None = None) -> None:
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise ConfigError(f"port must be an integer from 0 to 65535 (0 picks a free one), got {port!r}")
         if host not in LOOPBACK and not token:
             raise ConfigError(f"binding MCP to {host!r} (not loopback) needs a token: pass --token TOKEN, or "
                               "--token auto to have one made; clients then send 'Authorization: Bearer TOKEN'")
@@ -110,8 +112,8 @@ class HttpServer:
             sock.listen(128)
         except OSError as exc:
             sock.close()
-            raise ConfigError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}; pick another --port "
-                              "(0 picks a free one)") from None
+            raise ConfigError(f"cannot listen on {self.host}:{self.port}: {exc.strerror or exc}; pick another "
+                              "--host or --port (0 picks a free port)") from None
         self.port = sock.getsockname()[1]
         self._loop.call(self._begin, sock)
         return self.url

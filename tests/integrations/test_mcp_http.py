@@ -291,3 +291,17 @@ def test_cancelling_interrupts_the_program_with_policies_in_place(tools):
         server.stop()
     assert "N-42" in after.structured_content["viewport"]
     assert seen.count("terminal_send") == 2  # the interrupted send and the next one, both observed
+
+
+def test_bad_addresses_are_one_clear_error_and_leave_nothing_listening(tools):
+    with pytest.raises(ConfigError, match="port must be an integer from 0 to 65535"):
+        HttpServer(tools, port=70000)
+    first = HttpServer(tools)
+    first.start()
+    try:
+        taken = HttpServer(tools, port=first.port)
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{first.port}"):
+            taken.start()
+        assert taken.clients == {} and taken._serving is None
+    finally:
+        first.stop()
