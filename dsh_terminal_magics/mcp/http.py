@@ -34,7 +34,7 @@ from .server import build_server
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 #: A client whose event stream dropped is gone once it has not come back within this many seconds.
-RECONNECT_GRACE = 2.0
+RECONNECT_GRACE = 3.0
 #: How often ended sessions are looked for.
 REAP_INTERVAL = 0.5
 UNSUPPORTED_PROTOCOL_VERSION = -32022

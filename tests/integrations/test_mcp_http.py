@@ -15,6 +15,7 @@ from mcp.client.streamable_http import streamable_http_client
 from dsh_terminal_magics import Agent
 from dsh_terminal_magics.errors import ConfigError
 from dsh_terminal_magics.mcp import HttpServer
+from dsh_terminal_magics.mcp.http import RECONNECT_GRACE
 from dsh_terminal_magics.tools.models import ForegroundSendResult
 
 from tests.conftest import wait_for
@@ -266,7 +267,7 @@ def test_a_quiet_client_keeps_its_terminals(server):
             opened = await client.call_tool("terminal_open", {"type": "shell"})
             sid = opened.structured_content["sessionId"]
             await client.call_tool("terminal_send", {"sessionId": sid, "text": "export KEPT=yes"})
-            await asyncio.sleep(4)  # twice the reconnect grace, with no request in flight
+            await asyncio.sleep(RECONNECT_GRACE + 1.5)  # past the reconnect grace, with no request in flight
             later = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo kept-$KEPT"})
             await client.call_tool("terminal_close", {"sessionId": sid})
             return later
