@@ -47,6 +47,8 @@ _SLEEPS = {
     "aarch64": {101: "nanosleep", 115: "clock_nanosleep"},
 }.get(platform.machine(), {})
 _CLOCK_REALTIME, _CLOCK_MONOTONIC, _TIMER_ABSTIME = 0, 1, 1
+#: Sleeps shorter than this (seconds, from when first seen) are left to the tick.
+MIN_WATCHED_SLEEP = 0.05
 
 
 @dataclass
@@ -77,7 +79,7 @@ class ReadinessProbe:
         self._group_cache: tuple[int, list[int]] | None = None
         #: The foreground group and the scheduler stats of every thread the last check looked at.
         self._last_sample: tuple[int, dict[tuple[int, int], bytes]] | None = None
-        #: Relative sleeps seen: (pid, tid) -> (the syscall line, when first seen in it).
+        #: Relative sleeps seen: (pid, tid) -> (the syscall line and scheduler stats, when first seen so).
         self._sleeps_seen: dict[tuple[int, int], tuple[str, float]] = {}
         #: The last :meth:`sleep_ends` answer and the check it was read after (nothing ran since: reuse it).
         self._sleep_answer: tuple[object, float | None] | None = None
@@ -183,16 +185,24 @@ class ReadinessProbe:
             sec, nsec = struct.unpack("qq", _read_memory(pid, request, 16))
         except (OSError, ValueError, struct.error):
             return None
+        # The same sleep as before only if the thread has not run since (a loop of identical sleeps is new
+        # sleeps).  Only long sleeps are watched: a program waking every few milliseconds is busy, and
+        # the tick serves it; an end already past is no prediction at all.
+        ran = self._last_sample[1].get((pid, tid)) if self._last_sample is not None else None
+        key = f"{line}|{ran!r}"
+        seen = self._sleeps_seen.get((pid, tid))
+        if seen is None or seen[0] != key:
+            seen = self._sleeps_seen[(pid, tid)] = (key, now)
         if flags & _TIMER_ABSTIME:
             if clock == _CLOCK_MONOTONIC:
-                return sec + nsec / 1e9
-            if clock == _CLOCK_REALTIME:
-                return now + (sec + nsec / 1e9 - time.time())
-            return None
-        seen = self._sleeps_seen.get((pid, tid))
-        if seen is None or seen[0] != line:
-            seen = self._sleeps_seen[(pid, tid)] = (line, now)
-        return seen[1] + sec + nsec / 1e9
+                end = sec + nsec / 1e9
+            elif clock == _CLOCK_REALTIME:
+                end = now + (sec + nsec / 1e9 - time.time())
+            else:
+                return None
+        else:
+            end = seen[1] + sec + nsec / 1e9
+        return end if end > now and end - seen[1] >= MIN_WATCHED_SLEEP else None
 
     # -- internals ---------------------------------------------------------
     def members_seen(self, pgid: int) -> list[int]:

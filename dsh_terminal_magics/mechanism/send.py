@@ -43,8 +43,10 @@ MAX_TICK = 0.05
 #: After a foreground process exits, checks run back to back this long (seconds): whatever the shell
 #: starts next usually blocks within a few milliseconds, and a 1 ms tick would add up to a tick of delay.
 EXIT_BURST = 0.006
-#: From this tick on, a tick also reads when the foreground program's sleep ends, to check right then.
+#: From this tick on, a tick also reads when the foreground program's sleep ends, to check right then;
+#: checks then run back to back this long (seconds) before the tick starts again from its smallest gap.
 SLEEP_WATCH_TICK = 0.004
+SLEEP_BURST = 0.001
 #: While nothing happens, a tick whose foreground threads have not run since the last check skips it;
 #: a full check still runs at least this often (seconds).
 FULL_CHECK_EVERY = 1.0
@@ -219,8 +221,9 @@ class SendOperation:
                     session.watch_foreground_exits()
                     delay = min(tick, self.deadline - now, max(idle_at - now, 0.0005))
                     wakes = self._sleep_ends(now) if tick >= SLEEP_WATCH_TICK else None
-                    if wakes is not None and wakes - now < delay:  # the program's sleep ends first: be there
-                        delay, burst_until = max(wakes - now, 0.0), wakes + EXIT_BURST
+                    if wakes is not None and wakes - now < delay:  # the program's sleep ends first: be there,
+                        # look closely for a moment, then tick from the start again
+                        delay, burst_until, tick = max(wakes - now, 0.0), wakes + SLEEP_BURST, MIN_TICK / 2
                     await session.sleep_until_output(delay)
                     tick = min(tick * 2, MAX_TICK)
                 quiet_tick = tick >= MAX_TICK and session.activity() == activity and now >= burst_until

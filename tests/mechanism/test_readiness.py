@@ -209,3 +209,35 @@ def test_a_sleeping_program_says_when_it_wakes(manager, agent, shell, command, a
     manager.sync.signal(agent, shell, "SIGINT")
     assert send(manager, agent, shell, "echo back").wait_reason == "stdin_read"
     assert manager.loop_thread.call(lambda: session.probe.sleep_ends(clock.monotonic())) is None
+
+
+def test_a_loop_of_identical_sleeps_is_never_predicted_in_the_past(manager, agent, shell):
+    """The same nanosleep call again and again (same arguments) is a new sleep each time: the predicted end
+    stays ahead of now and within one sleep (a stale first sighting would schedule checks in the past, spinning)."""
+    import time as clock
+
+    from tests.conftest import wait_for
+    loop = (f"{sys.executable} -c 'import ctypes; libc = ctypes.CDLL(None); "
+            "t = (ctypes.c_long * 2)(0, 300000000)\nwhile True: libc.nanosleep(t, None)'")
+    assert send(manager, agent, shell, loop, timeout=0.5).wait_reason == "timeout"
+    session = manager.loop_thread.call(manager.session, agent, shell)
+
+    def predicted():
+        def read():
+            probe = session.probe
+            probe.waiting_for_input(probe.fence())
+            now = clock.monotonic()
+            return now, probe.sleep_ends(now)
+        return manager.loop_thread.call(read)
+
+    seen = []
+    deadline = clock.monotonic() + 2.0
+    while clock.monotonic() < deadline:
+        now, end = predicted()
+        if end is not None:
+            seen.append(end - now)
+        clock.sleep(0.05)
+    wait_for(lambda: seen, timeout=1)
+    assert all(0 < ahead <= 0.31 for ahead in seen), seen
+    manager.sync.signal(agent, shell, "SIGINT")
+    assert send(manager, agent, shell, "echo back").wait_reason == "stdin_read"
