@@ -189,16 +189,16 @@ class HttpServer:
         if client is not None:
             await self.tools.aclose_owner(client.agent)
 
-    def _known_sessions(self) -> set[str] | None:
-        """The MCP sessions the SDK still serves (None if this SDK does not say)."""
+    def _sdk_transports(self) -> dict[str, Any] | None:
+        """The SDK's live MCP sessions, id -> transport (None if this SDK version does not keep that table)."""
         live = getattr(self._sdk_sessions, "_server_instances", None)
-        return set(live) if isinstance(live, dict) else None
+        return live if isinstance(live, dict) else None
 
     async def _reap(self) -> None:
         """Close the sessions of clients whose MCP session ended or whose stream dropped for good."""
         while True:
             await asyncio.sleep(REAP_INTERVAL)
-            live = self._known_sessions()
+            live = self._sdk_transports()
             now = time.monotonic()
             for session_id, client in list(self.clients.items()):
                 ended = live is not None and session_id not in live
@@ -210,7 +210,7 @@ class HttpServer:
                         await self._end_sdk_session(session_id)
 
     async def _end_sdk_session(self, session_id: str) -> None:
-        transport = getattr(self._sdk_sessions, "_server_instances", {}).get(session_id)
+        transport = (self._sdk_transports() or {}).get(session_id)
         if transport is not None:
             await transport.terminate()
 
