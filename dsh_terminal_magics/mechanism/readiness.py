@@ -162,6 +162,8 @@ class ReadinessProbe:
         if self._sleep_answer is not None and self._sleep_answer[0] is last[1]:
             return self._sleep_answer[1]  # no check since: nothing of the group has run
         ends = []
+        for gone in self._sleeps_seen.keys() - last[1].keys():  # threads the last check no longer saw
+            del self._sleeps_seen[gone]
         for pid, tid in last[1]:
             line = _read_text(f"/proc/{pid}/task/{tid}/syscall")
             end = self._sleep_end(pid, tid, line, now) if line else None
