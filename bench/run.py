@@ -461,11 +461,13 @@ def bench_many_agents(count: int, seconds: float, sweep: tuple[int, ...]) -> dic
 
 
 # -- readiness after quiet periods ---------------------------------------------------------------------
-def bench_readiness(reps: int, cpu_window: float) -> dict:
+def bench_readiness(reps: int, cpu_window: float, compute_window: float) -> dict:
     """``cat``, ``sleep 0; cat`` and ``sleep 0.2; cat``, interleaved: the send returns when cat blocks.
 
     The quiet-period penalty is median(sleep 0.2; cat - 0.2 s) - median(sleep 0; cat): the same work, only
-    the quiet period differs.  Also: CPU of this process while a silent foreground ``sleep`` send waits.
+    the quiet period differs.  Also: python sleeping or computing, then ``input()``; the loop thread's CPU
+    while a silent foreground ``sleep`` send waits (``cpu_window`` s), and over the first 1 s and
+    ``compute_window`` s of a silent computing program.
     """
     tools = TerminalTools()
     agent = Agent("readiness")
@@ -484,39 +486,60 @@ def bench_readiness(reps: int, cpu_window: float) -> dict:
         times["cat"].append(run("cat"))
         times["sleep 0; cat"].append(run("sleep 0; cat"))
         times["sleep 0.2; cat (minus 0.2 s)"].append(run("sleep 0.2; cat") - 0.2)
-    # In-process quiet periods: the program sleeps, then reads (no process exits, no output to signal it).
-    # It writes time.monotonic() to a file just before input(): the delay is result time minus that.
+    # In-process quiet periods: the program sleeps or computes, then reads (no process exits, no output to
+    # signal it).  It writes time.monotonic() to a file just before input(): the delay is result time minus that.
     stamp = Path(f"/tmp/dsh-bench-stamp-{os.getpid()}")
-    python_sleeps: dict[str, list[float]] = {"python time.sleep(0.2); input()": [],
-                                             "python time.sleep(2); input()": []}
+    waits = {"python time.sleep(0.2); input()": "time.sleep(0.2)", "python time.sleep(2); input()": "time.sleep(2)",
+             "python computes 0.3 s; input()": "while time.monotonic() - t < 0.3: pass",
+             "python computes 2 s; input()": "while time.monotonic() - t < 2: pass"}
+    in_process: dict[str, list[float]] = {label: [] for label in waits}
     for _ in range(max(2, reps // 10)):
-        for label, seconds in zip(python_sleeps, (0.2, 2.0)):
-            code = (f"import time; time.sleep({seconds}); open({str(stamp)!r}, 'w').write(repr(time.monotonic())); "
-                    "input()")
+        for label, wait in waits.items():
+            code = (f"import time; t = time.monotonic()\n{wait}\n"
+                    f"open({str(stamp)!r}, 'w').write(repr(time.monotonic())); input()")
             tools.call("terminal_send", {"sessionId": sid, "text": f"{sys.executable} -c \"{code}\""}, agent=agent)
-            python_sleeps[label].append(time.monotonic() - float(stamp.read_text()))
+            in_process[label].append(time.monotonic() - float(stamp.read_text()))
             tools.call("terminal_send", {"sessionId": sid, "text": "", "submit": False, "keys": ["C-d"]},
                        agent=agent)
     stamp.unlink(missing_ok=True)
-    import threading
-    waiting = threading.Thread(target=tools.call, args=("terminal_send", {
-        "sessionId": sid, "text": f"sleep {cpu_window + 30:.0f}", "idle": cpu_window + 60,
-        "timeout": cpu_window + 60}), kwargs={"agent": agent})
-    waiting.start()
-    time.sleep(1.0)  # past the first, closely spaced checks
-    cpu0, wall0 = time.process_time(), time.monotonic()
-    time.sleep(cpu_window)
-    cpu = (time.process_time() - cpu0) / (time.monotonic() - wall0) * 100
-    tools.call("terminal_signal", {"sessionId": sid, "signal": "INT"}, agent=agent)
-    waiting.join()
+    cpu_sleeping = loop_cpu_while(tools, agent, sid, f"sleep {cpu_window + 30:.0f}", cpu_window)
+    computing = f"{sys.executable} -c 'while 1: pass'"
+    cpu_computing = {f"first {whole:.0f} s": loop_cpu_while(tools, agent, sid, computing, whole, 0.0)
+                     for whole in (1.0, compute_window)}
     tools.shutdown()
     out: dict = {name: summary(values) for name, values in times.items()}
     out["quiet_penalty_ms"] = out["sleep 0.2; cat (minus 0.2 s)"]["median_ms"] - out["sleep 0; cat"]["median_ms"]
     out["vs_cat_alone_ms"] = out["sleep 0.2; cat (minus 0.2 s)"]["median_ms"] - out["cat"]["median_ms"]
-    out["cpu_percent_while_waiting"] = cpu
-    out.update({f"{name}: input() to result": summary(values) for name, values in python_sleeps.items()})
+    out["cpu_percent_while_waiting"] = cpu_sleeping
+    out["loop CPU % while a silent program computes"] = cpu_computing
+    out.update({f"{name}: input() to result": summary(values) for name, values in in_process.items()})
     out["in_process_after_2s_ms"] = out["python time.sleep(2); input(): input() to result"]["median_ms"]
+    out["after_computing_ms"] = out["python computes 0.3 s; input(): input() to result"]["median_ms"]
     return out
+
+
+def loop_cpu_while(tools: TerminalTools, agent: Agent, sid: str, command: str, window: float,
+                   skip: float = 1.0) -> float:
+    """Loop-thread CPU (% of a core, from its scheduler stats) while a foreground send of ``command`` waits,
+    measured for ``window`` seconds after the first ``skip`` seconds; the program is then interrupted."""
+    import threading
+    tid = tools.manager.loop_thread.thread.native_id
+
+    def on_cpu_ns() -> int:
+        with open(f"/proc/self/task/{tid}/schedstat") as f:
+            return int(f.read().split()[0])
+    waiting = threading.Thread(target=tools.call, args=("terminal_send", {
+        "sessionId": sid, "text": command, "idle": window + skip + 60, "timeout": window + skip + 60}),
+        kwargs={"agent": agent})
+    started = time.monotonic()
+    waiting.start()
+    time.sleep(max(0.0, started + skip - time.monotonic()))
+    cpu0, wall0 = on_cpu_ns(), time.monotonic()
+    time.sleep(window)
+    cpu = (on_cpu_ns() - cpu0) / 1e9 / (time.monotonic() - wall0) * 100
+    tools.call("terminal_signal", {"sessionId": sid, "signal": "INT"}, agent=agent)
+    waiting.join()
+    return cpu
 
 
 # -- kernel responsiveness ---------------------------------------------------------------------------
@@ -615,6 +638,11 @@ def verdicts(r: dict) -> list[tuple[str, bool, str]]:
     out.append(("in-process quiet period: python time.sleep(2) then input(), input() to result <= 2 ms",
                 q["in_process_after_2s_ms"] <= 2,
                 f"{q['in_process_after_2s_ms']:.2f} ms (after time.sleep(0.2): {short:.2f} ms)"))
+    after = q["python computes 2 s; input(): input() to result"]["median_ms"]
+    cpu = q["loop CPU % while a silent program computes"]
+    out.append(("python computes 0.3 s then input(), input() to result <= 2 ms", q["after_computing_ms"] <= 2,
+                f"{q['after_computing_ms']:.2f} ms (after 2 s: {after:.2f} ms; loop CPU while it computes: "
+                + ", ".join(f"{k} {v:.1f}%" for k, v in cpu.items()) + ")"))
     out.append(("CPU while a silent send waits < 1% of a core", q["cpu_percent_while_waiting"] < 1,
                 f"{q['cpu_percent_while_waiting']:.2f}%"))
     return out
@@ -636,7 +664,7 @@ def main() -> int:
     results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
     results["scale"] = bench_scale(20 if q else 200, 1 if q else 3)
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
-    results["readiness"] = bench_readiness(20 if q else 100, 2.0 if q else 10.0)
+    results["readiness"] = bench_readiness(20 if q else 100, 2.0 if q else 10.0, 3.0 if q else 60.0)
     results["many_agents"] = bench_many_agents(4 if q else 64, 1.0 if q else 10.0, (2,) if q else (1, 8, 16, 32))
     results["verdicts"] = [{"target": t, "pass": ok, "measured": m} for t, ok, m in verdicts(results)]
     RESULTS.mkdir(exist_ok=True)

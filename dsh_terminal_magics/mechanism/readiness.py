@@ -40,13 +40,20 @@ _SYSCALLS = {
 
 _POLLIN = 0x1
 _EPOLLIN = 0x1
-#: Sleeps whose end can be read from the syscall's arguments: nanosleep(req, rem) and
-#: clock_nanosleep(clock, flags, req, rem).
-_SLEEPS = {
-    "x86_64": {35: "nanosleep", 230: "clock_nanosleep"},
-    "aarch64": {101: "nanosleep", 115: "clock_nanosleep"},
+#: Timed waits whose end can be read from the syscall's arguments: name -> (index of the timeout argument,
+#: its kind: "ms" an int of milliseconds, "ts" a timespec, "tv" a timeval; a negative int or a null
+#: pointer is no timeout).  nanosleep(req, rem), clock_nanosleep(clock, flags, req, rem) and futex(addr, op,
+#: val, timeout) are read with their clocks and flags.
+_TIMED = {
+    "x86_64": {35: "nanosleep", 230: "clock_nanosleep", 202: "futex", 7: "poll", 271: "ppoll", 23: "select",
+               270: "pselect6", 232: "epoll_wait", 281: "epoll_pwait", 441: "epoll_pwait2"},
+    "aarch64": {101: "nanosleep", 115: "clock_nanosleep", 98: "futex", 73: "ppoll", 72: "pselect6",
+                22: "epoll_pwait", 441: "epoll_pwait2"},
 }.get(platform.machine(), {})
+_TIMEOUT_ARG = {"poll": (2, "ms"), "ppoll": (2, "ts"), "select": (4, "tv"), "pselect6": (4, "ts"),
+                "epoll_wait": (3, "ms"), "epoll_pwait": (3, "ms"), "epoll_pwait2": (3, "ts")}
 _CLOCK_REALTIME, _CLOCK_MONOTONIC, _TIMER_ABSTIME = 0, 1, 1
+_FUTEX_WAIT, _FUTEX_WAIT_BITSET, _FUTEX_CMD_MASK, _FUTEX_CLOCK_REALTIME = 0, 9, 0x7F, 0x100
 #: Sleeps shorter than this (seconds, from when first seen) are left to the tick.
 MIN_WATCHED_SLEEP = 0.05
 
@@ -83,6 +90,8 @@ class ReadinessProbe:
         self._sleeps_seen: dict[tuple[int, int], tuple[str, float]] = {}
         #: The last :meth:`sleep_ends` answer and the check it was read after (nothing ran since: reuse it).
         self._sleep_answer: tuple[object, float | None] | None = None
+        #: The thread the last check found on a CPU (or that ran during its sample), if any.
+        self.running_thread: tuple[int, int] | None = None
 
     # -- public ------------------------------------------------------------
     def foreground_pgid(self) -> int:
@@ -130,6 +139,7 @@ class ReadinessProbe:
         if pgid <= 0 or self.unread_input() != 0:
             return None
         self._timeout = 0.0
+        self.running_thread = None
         members = self.group_members(pgid)
         self._last_sample = (pgid, {})
         if members and self._group_verdict(members, fence) is True:
@@ -147,17 +157,32 @@ class ReadinessProbe:
             return False
         return all(_schedstat(pid, tid) == stat for (pid, tid), stat in last[1].items())
 
-    def sleep_ends(self, now: float) -> float | None:
-        """When the first thread of the last check that sleeps in ``nanosleep``/``clock_nanosleep`` wakes up
-        (``time.monotonic()`` seconds), or None.
+    def still_running(self) -> bool:
+        """Whether the thread the last check found running is still not blocked (one small read).
 
-        A program that sleeps and then reads (``time.sleep(2); input()``) gives no event when it wakes; a
-        check scheduled for that moment sees its read at once instead of at the next slow tick.  An absolute
-        sleep (Python's ``time.sleep``) says exactly when; a relative one is timed from when it was first seen,
-        so the check comes at or a little after the wake, never before it.
+        Then that check's "not waiting" still stands: a running thread of the group means nobody waits.  A
+        program that computes and then reads gives no event when it blocks; this is what makes it cheap to
+        look often while it computes.
+        """
+        if self.running_thread is None:
+            return False
+        state = _thread_state_letter(*self.running_thread)
+        return state is not None and state not in "StZX"
+
+    def sleep_ends(self, now: float) -> float | None:
+        """When the first thread of the last check that is in a timed wait wakes up (``time.monotonic()``
+        seconds), or None.
+
+        A timed wait is a sleep (``nanosleep``, ``clock_nanosleep``), a ``futex`` wait with a timeout (a
+        condition or event waited on with a timeout), or ``poll``/``select``/``epoll`` with a timeout on other
+        fds (an event loop's timer: ``asyncio.sleep``, node's ``setTimeout``).  A program that waits so and
+        then reads (``time.sleep(2); input()``) gives no event when it wakes; a check scheduled for that moment
+        sees its read at once instead of at the next slow tick.  An absolute deadline (Python's ``time.sleep``)
+        says exactly when; a relative one is timed from when it was first seen, so the check comes at or a
+        little after the wake, never before it.
         """
         last = self._last_sample
-        if last is None or not _SLEEPS:
+        if last is None or not _TIMED:
             return None
         if self._sleep_answer is not None and self._sleep_answer[0] is last[1]:
             return self._sleep_answer[1]  # no check since: nothing of the group has run
@@ -175,35 +200,31 @@ class ReadinessProbe:
     def _sleep_end(self, pid: int, tid: int, line: str, now: float) -> float | None:
         parts = line.split()
         try:
-            name = _SLEEPS.get(int(parts[0]))
+            name = _TIMED.get(int(parts[0]))
             args = [int(a, 16) for a in parts[1:7]]
-        except (ValueError, IndexError):
-            return None
-        if name is None:
+            timeout = _timeout_of(pid, name, args) if name is not None else None
+        except (OSError, ValueError, IndexError, struct.error):
+            timeout = None
+        if timeout is None:
             self._sleeps_seen.pop((pid, tid), None)
             return None
-        clock, flags, request = (_CLOCK_MONOTONIC, 0, args[0]) if name == "nanosleep" else args[:3]
-        try:
-            sec, nsec = struct.unpack("qq", _read_memory(pid, request, 16))
-        except (OSError, ValueError, struct.error):
-            return None
-        # The same sleep as before only if the thread has not run since (a loop of identical sleeps is new
-        # sleeps).  Only long sleeps are watched: a program waking every few milliseconds is busy, and
+        clock, absolute, seconds = timeout
+        # The same wait as before only if the thread has not run since (a loop of identical sleeps is new
+        # sleeps).  Only long waits are watched: a program waking every few milliseconds is busy, and
         # the tick serves it; an end already past is no prediction at all.
         ran = self._last_sample[1].get((pid, tid)) if self._last_sample is not None else None
         key = f"{line}|{ran!r}"
         seen = self._sleeps_seen.get((pid, tid))
         if seen is None or seen[0] != key:
             seen = self._sleeps_seen[(pid, tid)] = (key, now)
-        if flags & _TIMER_ABSTIME:
-            if clock == _CLOCK_MONOTONIC:
-                end = sec + nsec / 1e9
-            elif clock == _CLOCK_REALTIME:
-                end = now + (sec + nsec / 1e9 - time.time())
-            else:
-                return None
+        if not absolute:
+            end = seen[1] + seconds
+        elif clock == _CLOCK_MONOTONIC:
+            end = seconds
+        elif clock == _CLOCK_REALTIME:
+            end = now + (seconds - time.time())
         else:
-            end = seen[1] + sec + nsec / 1e9
+            return None
         return end if end > now and end - seen[1] >= MIN_WATCHED_SLEEP else None
 
     # -- internals ---------------------------------------------------------
@@ -243,7 +264,9 @@ class ReadinessProbe:
                 if state is None:
                     continue
                 seen = True
-                if state == "busy":
+                if state == "running":
+                    self.running_thread = (pid, tid)
+                if state in ("busy", "running"):
                     return False
                 if state == "tty":
                     reading = True
@@ -252,7 +275,8 @@ class ReadinessProbe:
         return reading
 
     def _thread_state(self, pid: int, tid: int, fence: Fence) -> str | None:
-        """``"tty"`` (fresh read wait on our tty), ``"busy"`` (running or unknown), ``"idle"``, or None (gone)."""
+        """``"tty"`` (fresh read wait on our tty), ``"running"`` (on a CPU, or ran while sampled), ``"busy"``
+        (not waiting for us: a stale wait, or unknown), ``"idle"``, or None (gone)."""
         before = _schedstat(pid, tid)
         if before is None:
             return None
@@ -262,7 +286,7 @@ class ReadinessProbe:
         if stat.gone:
             return "idle"
         if stat.state not in "St":
-            return "busy"
+            return "running"
         syscall = _read_text(f"/proc/{pid}/task/{tid}/syscall")
         if syscall is None:
             return "busy"
@@ -271,7 +295,7 @@ class ReadinessProbe:
         if self._last_sample is not None and after is not None:
             self._last_sample[1][(pid, tid)] = after
         if after != before:
-            return "busy"
+            return "running"
         if waits_on_tty is None:
             return "idle" if stat.state == "t" else "busy"
         if not waits_on_tty:
@@ -327,16 +351,17 @@ class ReadinessProbe:
             return False
         return tty_nr == self.tty_rdev
 
+    def _wait_timeout(self, pid: int, name: str, args: list[int]) -> float | None:
+        """A tty wait's timeout in seconds (``math.inf``: none), or None for a timer (under :data:`SHORT_WAIT`)."""
+        timeout = _timeout_of(pid, name, args)
+        seconds = math.inf if timeout is None else timeout[2]
+        return None if seconds < SHORT_WAIT else seconds
+
     def _select_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
-        nfds, readfds, timeout_ptr = args[0], args[1], args[4]
-        if not readfds or nfds <= 0 or nfds > 65536:
+        nfds, readfds = args[0], args[1]
+        seconds = self._wait_timeout(pid, name, args)
+        if seconds is None or not readfds or nfds <= 0 or nfds > 65536:
             return False
-        seconds = math.inf
-        if timeout_ptr:
-            sec, frac = struct.unpack("qq", _read_memory(pid, timeout_ptr, 16))
-            seconds = sec + frac / (1e9 if name == "pselect6" else 1e6)
-            if seconds < SHORT_WAIT:
-                return False
         bits = _read_memory(pid, readfds, (nfds + 7) // 8)
         for index, byte in enumerate(bits):
             if byte:
@@ -348,18 +373,8 @@ class ReadinessProbe:
 
     def _poll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
         fds_ptr, nfds = args[0], args[1]
-        seconds = math.inf
-        if name == "poll":
-            timeout = struct.unpack("i", struct.pack("I", args[2] & 0xFFFFFFFF))[0]
-            if 0 <= timeout < SHORT_WAIT * 1000:
-                return False
-            seconds = timeout / 1000 if timeout >= 0 else math.inf
-        elif args[2]:
-            sec, nsec = struct.unpack("qq", _read_memory(pid, args[2], 16))
-            seconds = sec + nsec / 1e9
-            if seconds < SHORT_WAIT:
-                return False
-        if not fds_ptr or nfds <= 0 or nfds > 65536:
+        seconds = self._wait_timeout(pid, name, args)
+        if seconds is None or not fds_ptr or nfds <= 0 or nfds > 65536:
             return False
         raw = _read_memory(pid, fds_ptr, 8 * nfds)
         for fd, events, _ in struct.iter_unpack("ihh", raw):
@@ -368,21 +383,9 @@ class ReadinessProbe:
         return False
 
     def _epoll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
-        epfd = args[0]
-        seconds = math.inf
-        if name == "epoll_pwait2":
-            if args[3]:
-                sec, nsec = struct.unpack("qq", _read_memory(pid, args[3], 16))
-                seconds = sec + nsec / 1e9
-                if seconds < SHORT_WAIT:
-                    return False
-        else:
-            timeout = struct.unpack("i", struct.pack("I", args[3] & 0xFFFFFFFF))[0]
-            if 0 <= timeout < SHORT_WAIT * 1000:
-                return False
-            seconds = timeout / 1000 if timeout >= 0 else math.inf
-        info = _read_text(f"/proc/{pid}/fdinfo/{epfd}")
-        if info is None:
+        seconds = self._wait_timeout(pid, name, args)
+        info = _read_text(f"/proc/{pid}/fdinfo/{args[0]}") if seconds is not None else None
+        if seconds is None or info is None:
             return False
         for line in info.splitlines():
             if line.startswith("tfd:"):
@@ -427,6 +430,43 @@ def _threads(pid: int) -> list[int]:
         return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
     except OSError:
         return []
+
+
+def _timeout_of(pid: int, name: str, args: list[int]) -> tuple[int, bool, float] | None:
+    """A timed wait's (clock, absolute, seconds) from its syscall arguments, or None for an untimed wait."""
+    if name == "nanosleep":
+        return _CLOCK_MONOTONIC, False, _timespec(pid, args[0])
+    if name == "clock_nanosleep":
+        return args[0], bool(args[1] & _TIMER_ABSTIME), _timespec(pid, args[2])
+    if name == "futex":
+        command = args[1] & _FUTEX_CMD_MASK
+        if command not in (_FUTEX_WAIT, _FUTEX_WAIT_BITSET) or not args[3]:
+            return None
+        clock = _CLOCK_REALTIME if args[1] & _FUTEX_CLOCK_REALTIME else _CLOCK_MONOTONIC
+        return clock, command == _FUTEX_WAIT_BITSET, _timespec(pid, args[3])
+    index, kind = _TIMEOUT_ARG[name]
+    value = args[index]
+    if kind == "ms":
+        millis = struct.unpack("i", struct.pack("I", value & 0xFFFFFFFF))[0]
+        return (_CLOCK_MONOTONIC, False, millis / 1000) if millis >= 0 else None
+    if not value:
+        return None
+    sec, frac = struct.unpack("qq", _read_memory(pid, value, 16))
+    return _CLOCK_MONOTONIC, False, sec + frac / (1e6 if kind == "tv" else 1e9)
+
+
+def _timespec(pid: int, address: int) -> float:
+    sec, nsec = struct.unpack("qq", _read_memory(pid, address, 16))
+    return sec + nsec / 1e9
+
+
+def _thread_state_letter(pid: int, tid: int) -> str | None:
+    """The state letter of a thread's ``stat`` (``R``, ``S``, ``D``, ...), or None when it is gone."""
+    raw = read_proc(f"/proc/{pid}/task/{tid}/stat")
+    if raw is None:
+        return None
+    end = raw.rfind(b")")
+    return chr(raw[end + 2]) if 0 <= end < len(raw) - 2 else None
 
 
 def _schedstat(pid: int, tid: int) -> bytes | None:

@@ -47,6 +47,16 @@ EXIT_BURST = 0.006
 #: checks then run back to back this long (seconds) before the tick starts again from its smallest gap.
 SLEEP_WATCH_TICK = 0.004
 SLEEP_BURST = 0.001
+#: While a thread of the foreground group computes, the tick is held at this (seconds): a program that
+#: computes and then reads gives no event, so it is looked at this often - each look one small read while
+#: that thread still runs (see :meth:`ReadinessProbe.still_running`).  The tick is longer when the program
+#: has computed a long time (:data:`BUSY_TICK_SHARE` of the time since the last event: a read after a
+#: minute of computing is seen within 50 ms) and when several sends compute at once (they share one
+#: budget of about ``1 / BUSY_TICK`` looks a second, so many computing sessions cannot saturate the loop).
+BUSY_TICK = 0.001
+BUSY_TICK_SHARE = 0.001
+#: The sends whose program computes now (loop threads only).
+_BUSY_SENDS: "set[SendOperation]" = set()
 #: While nothing happens, a tick whose foreground threads have not run since the last check skips it;
 #: a full check still runs at least this often (seconds).
 FULL_CHECK_EVERY = 1.0
@@ -188,7 +198,7 @@ class SendOperation:
         session = self.session
         if not await session.write_all(rest, self.deadline):
             return self._result("session_exit" if not session.running else "timeout")
-        written_at = time.monotonic()
+        written_at = event_at = time.monotonic()
         partial_from = session.scrollback.chars_written if self.payload and not self.request.submit else -1
         spins, tick, burst_until = SPIN_CHECKS, MIN_TICK, 0.0
         activity = session.activity()
@@ -198,7 +208,7 @@ class SendOperation:
                 if not session.running:
                     return self._result("session_exit")
                 now = time.monotonic()
-                if not (quiet_tick and self._may_skip_check(now - checked_at)):
+                if not self._may_skip_check(quiet_tick, now - checked_at):
                     checked_at = now
                     if self._ready(self.fence, partial_from) and self._nothing_asked_since():
                         return self._result("stdin_read")
@@ -219,31 +229,47 @@ class SendOperation:
                     await session.sleep_until_output(0)
                 else:
                     session.watch_foreground_exits()
-                    delay = min(tick, self.deadline - now, max(idle_at - now, 0.0005))
+                    delay = min(tick, self._busy_tick(now - event_at), self.deadline - now,
+                                max(idle_at - now, 0.0005))
                     wakes = self._sleep_ends(now) if tick >= SLEEP_WATCH_TICK else None
                     if wakes is not None and wakes - now < delay:  # the program's sleep ends first: be there,
                         # look closely for a moment, then tick from the start again
                         delay, burst_until, tick = max(wakes - now, 0.0), wakes + SLEEP_BURST, MIN_TICK / 2
+                        event_at = wakes
                     await session.sleep_until_output(delay)
                     tick = min(tick * 2, MAX_TICK)
                 quiet_tick = tick >= MAX_TICK and session.activity() == activity and now >= burst_until
                 if session.activity() != activity:  # output, or a foreground process exited: look closely
                     if session.activity()[1] != activity[1]:  # the next program starts within milliseconds
                         burst_until = time.monotonic() + EXIT_BURST
-                    activity = session.activity()
+                    activity, event_at = session.activity(), time.monotonic()
                     spins, tick = SPIN_CHECKS, MIN_TICK
         finally:
+            _BUSY_SENDS.discard(self)
             session.stop_watching_exits()
 
     def _sleep_ends(self, now: float) -> float | None:
         probe = self.session.probe
         return probe.sleep_ends(now) if probe is not None and probe.available else None
 
-    def _may_skip_check(self, since_full_check: float) -> bool:
-        """On a quiet tick: the last check said "not waiting" and nothing it looked at has run since."""
+    def _busy_tick(self, since_event: float) -> float:
+        """The longest tick while the last check found a thread running (:data:`MAX_TICK` otherwise)."""
         probe = self.session.probe
-        return (since_full_check < FULL_CHECK_EVERY and self._timed_wait is None and probe is not None
-                and probe.available and probe.unchanged_since_last_check())
+        if probe is None or probe.running_thread is None:
+            _BUSY_SENDS.discard(self)
+            return MAX_TICK
+        _BUSY_SENDS.add(self)
+        tick = min(max(BUSY_TICK * len(_BUSY_SENDS), since_event * BUSY_TICK_SHARE), MAX_TICK)
+        return math.floor(tick * 1000) / 1000  # whole milliseconds: asyncio's epoll rounds 1.04 ms up to 2
+
+    def _may_skip_check(self, quiet_tick: bool, since_full_check: float) -> bool:
+        """The last check said "not waiting" and still stands: the thread it found running still runs, or
+        (on a quiet tick) nothing it looked at has run since."""
+        probe = self.session.probe
+        if since_full_check >= FULL_CHECK_EVERY or self._timed_wait is not None or probe is None \
+                or not probe.available:
+            return False
+        return probe.still_running() or (quiet_tick and probe.unchanged_since_last_check())
 
     def _ready(self, fence: Fence, partial_from: int) -> bool:
         """Is the program waiting for input?  ``partial_from``: output count at the write of

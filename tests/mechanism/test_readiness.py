@@ -184,10 +184,14 @@ def test_output_is_consumed_while_the_caller_is_busy(manager, agent, shell):
 @pytest.mark.parametrize("command, absolute", [
     (f"{sys.executable} -c 'import time; time.sleep(40)'", True),  # clock_nanosleep, absolute deadline
     ("sleep 40", False),                                            # nanosleep, relative
+    (f"{sys.executable} -c 'import select; select.select([], [], [], 40)'", False),  # select's timeval
+    (f"{sys.executable} -c 'import threading; threading.Event().wait(40)'", True),   # futex, absolute
+    (f"{sys.executable} -c 'import asyncio; asyncio.run(asyncio.sleep(40))'", False),  # epoll_wait's timer
 ])
 def test_a_sleeping_program_says_when_it_wakes(manager, agent, shell, command, absolute):
-    """A check is scheduled for the end of the foreground program's sleep (``time.sleep(2); input()`` is seen
-    when the sleep ends, not at the next slow tick): the probe reads that end from the sleep's arguments."""
+    """A check is scheduled for the end of the foreground program's timed wait (``time.sleep(2); input()`` is
+    seen when the sleep ends, not at the next slow tick): the probe reads that end from the wait's arguments -
+    a sleep, a futex wait with a timeout, or an event loop's timer."""
     import time as clock
 
     from tests.conftest import wait_for
@@ -239,5 +243,59 @@ def test_a_loop_of_identical_sleeps_is_never_predicted_in_the_past(manager, agen
         clock.sleep(0.05)
     wait_for(lambda: seen, timeout=1)
     assert all(0 < ahead <= 0.31 for ahead in seen), seen
+    manager.sync.signal(agent, shell, "SIGINT")
+    assert send(manager, agent, shell, "echo back").wait_reason == "stdin_read"
+
+
+def test_a_computing_program_is_looked_at_often_and_cheaply(manager, agent, shell):
+    """A program that computes and then reads gives no event when it blocks (no output, no exit, no sleep):
+    while a thread of the group runs, the send looks every couple of milliseconds - one small read each while
+    that thread still runs - so the read is seen at once, not at the next slow tick (50 ms on the old code)."""
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe = session.probe
+    looks = []
+
+    def count(method):
+        def counted(*args):
+            looks.append(method.__name__)
+            return method(*args)
+        return counted
+
+    def instrument(on: bool):
+        for name in ("waiting_for_input", "still_running"):
+            if on:
+                setattr(probe, name, count(getattr(probe, name)))
+            else:
+                delattr(probe, name)  # back to the class's method
+    manager.loop_thread.call(instrument, True)
+    try:
+        code = "import time; t = time.monotonic()\nwhile time.monotonic() - t < 1.0: pass\nprint(input('ok> '))"
+        r = send(manager, agent, shell, f"{sys.executable} -c \"{code}\"")
+    finally:
+        manager.loop_thread.call(instrument, False)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("ok> "), r
+    assert looks.count("still_running") >= 100, looks.count("still_running")  # ~500 at a 2 ms tick
+    assert looks.count("waiting_for_input") < looks.count("still_running") / 5  # the looks are the cheap kind
+    assert send(manager, agent, shell, "answer").viewport.splitlines()[:2] == ["ok> answer", "answer"]
+    assert "N-42" in send(manager, agent, shell, "echo N-$((6*7))").viewport
+
+
+def test_still_running_follows_the_thread_the_check_found_on_a_cpu(manager, agent, shell):
+    """``running_thread`` is the group's thread the last check found running; ``still_running`` says whether it
+    still is (a blocked thread is not)."""
+    from tests.conftest import wait_for
+    code = "import time; t = time.monotonic()\nwhile time.monotonic() - t < 1.5: pass\ninput()"
+    assert send(manager, agent, shell, f"{sys.executable} -c \"{code}\"", timeout=0.3).wait_reason == "timeout"
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe = session.probe
+
+    def check():
+        assert probe.waiting_for_input(probe.fence()) is None
+        return probe.running_thread, probe.still_running()
+    thread, running = manager.loop_thread.call(check)
+    assert thread is not None and thread[0] != session.pid and running
+    wait_for(lambda: not manager.loop_thread.call(probe.still_running), timeout=10)  # blocked in input()
+    assert manager.loop_thread.call(lambda: probe.waiting_for_input(probe.fence(accept_stale=True))) is not None
+    assert manager.loop_thread.call(lambda: probe.running_thread) is None
     manager.sync.signal(agent, shell, "SIGINT")
     assert send(manager, agent, shell, "echo back").wait_reason == "stdin_read"
