@@ -11,11 +11,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Callable, Coroutine, TypeVar
+from typing import Any, Callable, Coroutine, Protocol, TypeVar
 
 from ..errors import TerminalError
 
 T = TypeVar("T")
+
+
+class Completion(Protocol[T]):
+    """What :meth:`EventLoopThread.call_and_wait` waits for: a loop future, or an object that calls back with
+    one (a send calls back in the turn it finishes)."""
+
+    def add_done_callback(self, callback: Callable[["asyncio.Future[T]"], object]) -> None: ...
 
 
 class LoopProxy:
@@ -148,9 +155,10 @@ class EventLoopThread:
         self.loop.call_soon_threadsafe(invoke)
         return result.result()
 
-    def call_and_wait(self, start: Callable[[], "asyncio.Future[T]"],
+    def call_and_wait(self, start: Callable[[], "Completion[T]"],
                       on_interrupt: Callable[[], Any] | None = None) -> T:
-        """Run ``start()`` on the loop (it returns a loop future) and wait here for that future.
+        """Run ``start()`` on the loop (it returns a loop future, or anything with its
+        ``add_done_callback``) and wait here for that future.
 
         The hot path of a foreground send: one hop in, one hop out, no task
         creation in between.  On KeyboardInterrupt, ``on_interrupt()`` runs on

@@ -73,9 +73,12 @@ class ReadinessProbe:
         self.master_fd = master_fd
         self.slave_fd = slave_fd
         self.tty_path = tty_path
+        #: The program the session runs (the shell, a REPL): found under a wrapper once it started.
         self.leader_pid = leader_pid
-        #: True when the leader is the shell itself (not a wrapper such as bubblewrap around it).
-        self.leader_alone = True
+        #: Processes of a wrapper around the program (bubblewrap) that only wait for it: never members.
+        self.wrappers: frozenset[int] = frozenset()
+        #: Thread ids per pid, read once per check (a walk and the verdict both need them).
+        self._tasks: dict[int, list[int]] = {}
         self.available = HAVE_PROC and bool(_SYSCALLS)
         try:
             #: The pts's device number, as ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal.
@@ -107,8 +110,9 @@ class ReadinessProbe:
         pgid = self.foreground_pgid()
         if not self.available or pgid <= 0:
             return fence
+        self._tasks = {}
         for pid in self.group_members(pgid):
-            for tid in _threads(pid):
+            for tid in self._threads(pid):
                 stat = _schedstat(pid, tid)
                 if stat is not None:
                     fence.schedstat[(pid, tid)] = stat
@@ -140,6 +144,7 @@ class ReadinessProbe:
             return None
         self._timeout = 0.0
         self.running_thread = None
+        self._tasks = {}
         members = self.group_members(pgid)
         self._last_sample = (pgid, {})
         if members and self._group_verdict(members, fence) is True:
@@ -232,34 +237,74 @@ class ReadinessProbe:
         """The members of ``pgid`` the last check found (found now when that check was of another group)."""
         if self._group_cache is not None and self._group_cache[0] == pgid:
             return self._group_cache[1]
+        self._tasks = {}
         return self.group_members(pgid)
 
     def group_members(self, pgid: int) -> list[int]:
-        """Members of process group ``pgid``, found from its leader and last known members downwards.
+        """Members of process group ``pgid``, found from the program and last known members downwards.
 
-        A member is a child of the shell (the members of a pipeline) or was
-        forked by another member (``git`` forks ``vim``), so walking
-        ``/proc/PID/task/TID/children`` from the shell's children, the group's
-        leader and the members seen last time finds every member without
-        scanning all of ``/proc``; when that finds nothing, one full scan does.
+        A member is the program itself or what it started in its own group
+        (a REPL's ``os.system('vim')``), a child of the shell (the members of
+        a pipeline), or was forked by another member (``git`` forks ``vim``),
+        so walking ``/proc/PID/task/TID/children`` from there finds every
+        member without scanning all of ``/proc``; when that finds nothing, one
+        full scan does.  A wrapper's processes are left out.
         """
-        if pgid == self.leader_pid and self.leader_alone:
-            return [pgid]  # the shell at its prompt: its jobs run in groups of their own
-        seeds = [pgid, *_children(self.leader_pid)]  # a pipeline's members are the shell's children
-        if self._group_cache is not None and self._group_cache[0] == pgid:
-            seeds += self._group_cache[1]
-        members = _walk_group(seeds, pgid)
+        if pgid == self.leader_pid or pgid in self.wrappers:
+            seeds = [self.leader_pid]  # the program at its prompt, or the program running in the wrapper's group
+        else:
+            seeds = [pgid, *self._children(self.leader_pid)]  # a job: a pipeline's members are the shell's children
+            if self._group_cache is not None and self._group_cache[0] == pgid:
+                seeds += self._group_cache[1]
+        members = [pid for pid in self._walk_group(seeds, pgid) if pid not in self.wrappers]
         if not members:
-            members = [pid for pid, stat in process_table().items() if stat.pgrp == pgid and not stat.gone]
+            members = [pid for pid, stat in process_table().items()
+                       if stat.pgrp == pgid and not stat.gone and pid not in self.wrappers]
         self._group_cache = (pgid, members)
         return members
+
+    def _walk_group(self, seeds: list[int], pgid: int) -> list[int]:
+        """Processes of group ``pgid`` among ``seeds`` and their descendants (through group members only)."""
+        found: list[int] = []
+        seen: set[int] = set()
+        stack = list(seeds)
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                continue
+            seen.add(pid)
+            if pid != pgid:  # the group's leader needs no look: a live group keeps its id from reuse
+                stat = read_stat(pid)
+                if stat is None or stat.gone or stat.pgrp != pgid:
+                    continue
+            found.append(pid)
+            stack.extend(self._children(pid))
+        return found
+
+    def _children(self, pid: int) -> list[int]:
+        """Pids of ``pid``'s children (from every thread's ``children`` list)."""
+        out: list[int] = []
+        for tid in self._threads(pid):
+            children = read_proc(f"/proc/{pid}/task/{tid}/children")
+            if children:
+                out.extend(int(child) for child in children.split())
+        return out
+
+    def _threads(self, pid: int) -> list[int]:
+        tasks = self._tasks.get(pid)
+        if tasks is None:
+            try:
+                tasks = self._tasks[pid] = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                return []
+        return tasks
 
     def _group_verdict(self, pids: list[int], fence: Fence) -> bool | None:
         """True: someone reads the tty freshly and nobody runs; False: not ready; None: nobody seen."""
         reading = False
         seen = False
         for pid in pids:
-            for tid in _threads(pid):
+            for tid in self._threads(pid):
                 state = self._thread_state(pid, tid, fence)
                 if state is None:
                     continue
@@ -395,41 +440,6 @@ class ReadinessProbe:
                 if events & _EPOLLIN and self._is_tty(pid, fd):
                     return self._waiting(seconds)
         return False
-
-
-def _walk_group(seeds: list[int], pgid: int) -> list[int]:
-    """Processes of group ``pgid`` among ``seeds`` and their descendants (through group members only)."""
-    found: list[int] = []
-    seen: set[int] = set()
-    stack = list(seeds)
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        stat = read_stat(pid)
-        if stat is None or stat.gone or stat.pgrp != pgid:
-            continue
-        found.append(pid)
-        stack.extend(_children(pid))
-    return found
-
-
-def _children(pid: int) -> list[int]:
-    """Pids of ``pid``'s children (from every thread's ``children`` list)."""
-    out: list[int] = []
-    for tid in _threads(pid):
-        children = read_proc(f"/proc/{pid}/task/{tid}/children")
-        if children:
-            out.extend(int(child) for child in children.split())
-    return out
-
-
-def _threads(pid: int) -> list[int]:
-    try:
-        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError:
-        return []
 
 
 def _timeout_of(pid: int, name: str, args: list[int]) -> tuple[int, bool, float] | None:

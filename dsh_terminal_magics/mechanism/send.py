@@ -24,7 +24,7 @@ import asyncio
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from ..errors import TerminalError
 from ..vocabulary import WaitReason
@@ -142,10 +142,24 @@ class SendOperation:
         self._timed_wait: tuple[float, int] | None = None
         self.fence = Fence()
         self.task: asyncio.Task[None] | None = None
+        self._done_callbacks: list[Callable[["asyncio.Future[SendResult]"], object]] = []
 
     @property
     def done(self) -> bool:
         return self.future.done()
+
+    def add_done_callback(self, callback: Callable[["asyncio.Future[SendResult]"], object]) -> None:
+        """Call ``callback(future)`` in the same loop turn the send finishes (an asyncio future's callbacks
+        wait for the next turn): the hot path hands the result to its caller's thread one turn sooner."""
+        if self.future.done():
+            callback(self.future)
+        else:
+            self._done_callbacks.append(callback)
+
+    def _finish(self) -> None:
+        callbacks, self._done_callbacks = self._done_callbacks, []
+        for callback in callbacks:
+            callback(self.future)
 
     def cancel(self) -> None:
         """Interrupt: SIGINT to the foreground group; the wait then ends at the next prompt."""
@@ -188,11 +202,13 @@ class SendOperation:
             self.session.release(self, None)
             if not self.future.done():
                 self.future.set_exception(exc if isinstance(exc, Exception) else TerminalError("send cancelled"))
+            self._finish()
             if not isinstance(exc, Exception):
                 raise
             return
         self.session.release(self, result)
         self.future.set_result(result)
+        self._finish()
 
     async def _write_and_wait(self, rest: bytes) -> SendResult:
         session = self.session

@@ -19,7 +19,7 @@ from ..errors import SessionBusyError, SessionNotRunningError, TerminalError
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
-from .process_tree import TreeToEnd, descendants, process_table, scan_group
+from .process_tree import TreeToEnd, descendants, process_table, read_proc, scan_group
 from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
@@ -142,7 +142,6 @@ class Session:
             raise TerminalError(f"could not start {self.type!r} session: {exc}") from None
         self.child = child
         self.probe = ReadinessProbe(child.master_fd, child.slave_fd, child.tty_path, child.pid)
-        self.probe.leader_alone = not self.sandbox.wrapped
         self.status = "running"
 
     async def wait_started(self) -> str:
@@ -156,14 +155,27 @@ class Session:
         return self.motd
 
     def _find_shell(self) -> None:
-        """Under a wrapper (the sandbox), the shell is whoever holds the foreground at the first prompt."""
-        if self.child is None or self.probe is None:
+        """Under a wrapper (the sandbox), find the program at the first prompt: the holder of the foreground
+        when it made a group of its own (bash), else the first process below the wrapper's (python)."""
+        if self.child is None or self.probe is None or not self.sandbox.wrapped:
             return
         foreground = self.foreground_pgid()
-        if foreground > 0 and foreground != self.child.pid and foreground in descendants([self.child.pid],
-                                                                                          process_table()):
-            self._shell_pid = self.probe.leader_pid = foreground
-            self.probe.leader_alone = True
+        table = process_table()
+        below = descendants([self.child.pid], table)
+        program = self.child.pid
+        while read_proc(f"/proc/{program}/comm") == b"bwrap\n":
+            children = [pid for pid in below if table[pid].ppid == program]
+            if len(children) != 1:
+                break
+            program = children[0]
+        if foreground > 0 and foreground != self.child.pid and foreground in below:
+            program = foreground
+        wrappers, pid = set(), program
+        while pid != self.child.pid and pid in table:  # the chain from the program up to the wrapper
+            pid = table[pid].ppid
+            wrappers.add(pid)
+        self.probe.wrappers = frozenset(wrappers)
+        self._shell_pid = self.probe.leader_pid = program
 
     def _child_changed(self) -> None:
         """The leader exited, or a watched foreground process did."""

@@ -191,7 +191,7 @@ class TerminalTools:
         def start() -> Any:
             started.append(self.manager.begin_send(agent, a.session_id, send_request(a, self.max_result_bytes),
                                                    "a foreground send"))
-            return started[0].future
+            return started[0]
 
         r = self._loop.call_and_wait(start, on_interrupt=lambda: started and started[0].cancel())
         return foreground_result(r)

@@ -299,3 +299,36 @@ def test_still_running_follows_the_thread_the_check_found_on_a_cpu(manager, agen
     assert manager.loop_thread.call(lambda: probe.running_thread) is None
     manager.sync.signal(agent, shell, "SIGINT")
     assert send(manager, agent, shell, "echo back").wait_reason == "stdin_read"
+
+
+@pytest.mark.parametrize("contained", [False, True], ids=["plain", "in a pid namespace"])
+def test_a_repl_sees_the_program_it_started_in_its_own_group(contained):
+    """A REPL does no job control: ``os.system('cat')`` runs ``cat`` in the REPL's own group, and ``cat``
+    reading the terminal is the prompt (it was missed: the REPL, blocked in ``wait4``, was the only member
+    looked at - and under containment the wrapper's processes were looked at instead of the REPL)."""
+    import time
+
+    from dsh_terminal_magics import Agent, TerminalTools
+    from dsh_terminal_magics.tools import sandbox_problem
+    if contained and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
+        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
+    tools = TerminalTools({"containment": "namespace" if contained else "tracking"})
+    agent = Agent("repl")
+    try:
+        opened = tools.call("terminal_open", {"type": "python"}, agent=agent)
+        assert ("containment: pid namespace" in opened.motd) == contained
+        sid = opened.session_id
+        session = tools.manager.loop_thread.call(tools.manager.session, agent, sid)
+        assert open(f"/proc/{session.pid}/comm").read().startswith("python")  # the REPL, not a wrapper
+
+        def call(text, **extra):
+            return tools.call("terminal_send", {"sessionId": sid, "text": text, **extra}, agent=agent)
+        started = time.monotonic()
+        r = call("import os; os.system('cat')")
+        assert r.wait_reason == "stdin_read" and time.monotonic() - started < 2.0, r  # not the 3 s idle window
+        assert call("meow").viewport.splitlines()[-1] == "meow"  # cat echoes the line back
+        r = call("", submit=False, keys=["C-d"])
+        assert r.wait_reason == "stdin_read" and r.viewport.rstrip().endswith(">>>"), r
+        assert "42" in call("print(6*7)").viewport
+    finally:
+        tools.shutdown()
