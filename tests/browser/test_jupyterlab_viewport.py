@@ -55,6 +55,7 @@ def jupyterlab(tmp_path) -> Iterator[str]:
          f"--ServerApp.root_dir={tmp_path}", "--LabApp.expose_app_in_browser=True",
         ],
         stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
+    SERVER["pid"] = proc.pid
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -77,8 +78,26 @@ def jupyterlab(tmp_path) -> Iterator[str]:
     log.close()
 
 
+#: The JupyterLab server of the running test: only its descendants are this test's processes.
+SERVER: dict[str, int] = {}
+
+
+def descends_from(pid: int, ancestor: int) -> bool:
+    """Whether ``ancestor`` is on ``pid``'s parent chain (read from /proc)."""
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+    return False
+
+
 def session_sleeps() -> list[int]:
-    """Live ``sleep 30`` processes started by a terminal session (found in /proc, not by the package)."""
+    """Live ``sleep 30`` processes started by a terminal session under this test's JupyterLab (found in
+    /proc, not by the package; other sessions on the machine are not this test's)."""
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -92,7 +111,8 @@ def session_sleeps() -> list[int]:
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if cmdline == b"sleep\x0030\x00" and b"DSH_TERMINAL_SESSION=" in environ and state not in "ZX":
+        if cmdline == b"sleep\x0030\x00" and b"DSH_TERMINAL_SESSION=" in environ and state not in "ZX" \
+                and descends_from(int(name), SERVER["pid"]):
             found.append(int(name))
     return found
 
