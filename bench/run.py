@@ -360,11 +360,11 @@ def bench_scale(count: int, samples: int) -> dict:
 
 # -- many agents at once ----------------------------------------------------------------------------
 def loop_thread_cpu(tools: TerminalTools) -> float:
-    """CPU seconds the package's loop thread has used so far."""
+    """Seconds the package's loop thread has been on a CPU so far (its scheduler stats: the tick-sampled
+    utime/stime of ``/proc/.../stat`` overcharge a thread that wakes on timers)."""
     tid = tools.manager.loop_thread.thread.native_id
-    with open(f"/proc/self/task/{tid}/stat") as f:
-        fields = f.read().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    with open(f"/proc/self/task/{tid}/schedstat") as f:
+        return int(f.read().split()[0]) / 1e9
 
 
 def drive(workers: list[Callable[[], object]], seconds: float) -> dict:
@@ -523,20 +523,15 @@ def loop_cpu_while(tools: TerminalTools, agent: Agent, sid: str, command: str, w
     """Loop-thread CPU (% of a core, from its scheduler stats) while a foreground send of ``command`` waits,
     measured for ``window`` seconds after the first ``skip`` seconds; the program is then interrupted."""
     import threading
-    tid = tools.manager.loop_thread.thread.native_id
-
-    def on_cpu_ns() -> int:
-        with open(f"/proc/self/task/{tid}/schedstat") as f:
-            return int(f.read().split()[0])
     waiting = threading.Thread(target=tools.call, args=("terminal_send", {
         "sessionId": sid, "text": command, "idle": window + skip + 60, "timeout": window + skip + 60}),
         kwargs={"agent": agent})
     started = time.monotonic()
     waiting.start()
     time.sleep(max(0.0, started + skip - time.monotonic()))
-    cpu0, wall0 = on_cpu_ns(), time.monotonic()
+    cpu0, wall0 = loop_thread_cpu(tools), time.monotonic()
     time.sleep(window)
-    cpu = (on_cpu_ns() - cpu0) / 1e9 / (time.monotonic() - wall0) * 100
+    cpu = (loop_thread_cpu(tools) - cpu0) / (time.monotonic() - wall0) * 100
     tools.call("terminal_signal", {"sessionId": sid, "signal": "INT"}, agent=agent)
     waiting.join()
     return cpu

@@ -171,8 +171,8 @@ class ReadinessProbe:
         """
         if self.running_thread is None:
             return False
-        state = _thread_state_letter(*self.running_thread)
-        return state is not None and state not in "StZX"
+        stat = read_stat(*self.running_thread)
+        return stat is not None and stat.state not in "StZX"
 
     def sleep_ends(self, now: float) -> float | None:
         """When the first thread of the last check that is in a timed wait wakes up (``time.monotonic()``
@@ -468,15 +468,6 @@ def _timeout_of(pid: int, name: str, args: list[int]) -> tuple[int, bool, float]
 def _timespec(pid: int, address: int) -> float:
     sec, nsec = struct.unpack("qq", _read_memory(pid, address, 16))
     return sec + nsec / 1e9
-
-
-def _thread_state_letter(pid: int, tid: int) -> str | None:
-    """The state letter of a thread's ``stat`` (``R``, ``S``, ``D``, ...), or None when it is gone."""
-    raw = read_proc(f"/proc/{pid}/task/{tid}/stat")
-    if raw is None:
-        return None
-    end = raw.rfind(b")")
-    return chr(raw[end + 2]) if 0 <= end < len(raw) - 2 else None
 
 
 def _schedstat(pid: int, tid: int) -> bytes | None:

@@ -162,14 +162,15 @@ class Session:
         foreground = self.foreground_pgid()
         table = process_table()
         below = descendants([self.child.pid], table)
-        program = self.child.pid
-        while read_proc(f"/proc/{program}/comm") == b"bwrap\n":
-            children = [pid for pid in below if table[pid].ppid == program]
-            if len(children) != 1:
-                break
-            program = children[0]
         if foreground > 0 and foreground != self.child.pid and foreground in below:
             program = foreground
+        else:
+            program = self.child.pid
+            while read_proc(f"/proc/{program}/comm") == b"bwrap\n":
+                children = [pid for pid in below if table[pid].ppid == program]
+                if len(children) != 1:
+                    break
+                program = children[0]
         wrappers, pid = set(), program
         while pid != self.child.pid and pid in table:  # the chain from the program up to the wrapper
             pid = table[pid].ppid
