@@ -9,6 +9,8 @@ and ``python`` (a python3 REPL).  Third parties register more through the
 """
 from __future__ import annotations
 
+import functools
+import os
 import shutil
 import subprocess
 import sys
@@ -58,11 +60,11 @@ class ShellBackend:
     name = "shell"
 
     def launch(self, cwd: str) -> LaunchSpec:
-        bash = shutil.which("bash")
+        bash = _which("bash", os.environ.get("PATH"))
         if bash is None:
-            sh = shutil.which("sh") or "/bin/sh"
+            sh = _which("sh", os.environ.get("PATH")) or "/bin/sh"
             return LaunchSpec([sh, "-i"], {"PS1": "$ ", "PS2": "> "}, "sh shell (no exit codes)")
-        rc = str(resources.files(__package__).joinpath("shell_rc.bash"))
+        rc = _shell_rc()
         return LaunchSpec([bash, "--noprofile", "--rcfile", rc, "-i"], {},
                           f"bash {_bash_version(bash)} shell; prompt '$ '; exit codes reported")
 
@@ -80,6 +82,17 @@ class PythonBackend:
 
 
 _BASH_VERSION: dict[str, str] = {}
+
+
+@functools.lru_cache(maxsize=16)
+def _which(name: str, path: str | None) -> str | None:
+    """``shutil.which`` remembered per ``PATH`` (a lookup stats every directory of it: once per session adds up)."""
+    return shutil.which(name, path=path)
+
+
+@functools.cache
+def _shell_rc() -> str:
+    return str(resources.files(__package__).joinpath("shell_rc.bash"))
 
 
 def _bash_version(bash: str) -> str:

@@ -122,10 +122,13 @@ class SessionManager:
         session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
                           cwd=where, env=env, token=token, options=options or self.options,
                           loop=self.loop_thread.loop, sandbox=sandbox)
-        session.open()
-        self._sessions[session_id] = session
+        self._sessions[session_id] = session  # counted by the caps from now on: opens overlap
         try:
+            await session.open()
             await session.wait_started()
+            if session.closing is not None:
+                raise TerminalError("the session was closed while it started (its manager was shut down, or its "
+                                    "owner's sessions were closed): open a new one if it is still needed")
         except BaseException:
             await self._close([session])
             raise
@@ -257,7 +260,7 @@ class SessionManager:
         """Snapshots of ``owner``'s sessions."""
         if owner is None:
             raise TerminalError("terminal tools require an initiating agent")
-        return [s.snapshot() for s in self._sessions.values() if s.owner is owner]
+        return [s.snapshot() for s in self._sessions.values() if s.owner is owner and s.child is not None]
 
     async def close_owner(self, owner: object) -> None:
         """Close every session of ``owner``."""
@@ -307,6 +310,8 @@ async def wait_interruptible(op: SendOperation) -> SendResult:
 
 async def close_sessions(sessions: builtins.list[Session]) -> None:
     """End the trees of several sessions together (one ``/proc`` scan per round for all)."""
+    for session in sessions:  # a spawn in progress finishes first (milliseconds): its process ends with the rest
+        await session.spawned()
     trees = [tree for tree in (s.begin_close() for s in sessions) if tree is not None]
     grace = max((s.options.close_grace for s in sessions), default=0.0)
     if trees:

@@ -1,7 +1,8 @@
-"""The process on a PTY: spawn, read, write, reap, watch exits, close.  Loop thread only.
+"""The process on a PTY: spawn, read, write, reap, watch exits, close.
 
-:class:`PtyChild` wraps ``ptyprocess`` (spawn with our session-leader
-preexec) and the descriptors a session needs: the master (non-blocking, read
+:func:`spawn` starts the program with ``ptyprocess`` (our session-leader
+preexec) in a spawner thread; :class:`PtyChild` (loop thread only) then holds
+the descriptors a session needs: the master (non-blocking, read
 as soon as it is readable), a slave descriptor for ``TIOCINQ``, a pidfd for
 the leader's exit, and pidfds watching the foreground group's processes.
 Nothing here blocks: reaping uses ``WNOHANG``, writes wait for room with a
@@ -12,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import queue
+import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from ptyprocess import PtyProcess
 
@@ -24,31 +27,83 @@ from .process_tree import ProcessId, make_leader_preexec, read_stat
 MAX_EXIT_WATCHES = 16
 
 
+def spawn(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
+          pass_fds: tuple[int, ...] = ()) -> PtyProcess:
+    """Start ``argv`` on a new PTY as a session leader (our preexec); closes ``pass_fds`` here once the child
+    has its copies.  Blocks for the fork and until the exec: the loop runs it in a spawner thread
+    (:func:`spawn_off_loop`)."""
+    _check_descriptors_left()
+    try:
+        proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
+                                preexec_fn=make_leader_preexec(os.getpid()), pass_fds=pass_fds)
+    except OSError as exc:
+        raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
+                            + _start_advice(exc)) from exc
+    finally:
+        for fd in pass_fds:  # the child has its copies
+            os.close(fd)
+    proc.delayafterclose = proc.delayafterterminate = 0
+    return proc
+
+
+#: Spawner threads: a fork and the wait for the child's exec take milliseconds, which would stall every
+#: session's I/O on the loop, and several opens overlap there.  They never end before the process does:
+#: ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends.
+SPAWNER_THREADS = 4
+_spawn_queue: "queue.SimpleQueue[tuple[Callable[[], PtyProcess], asyncio.AbstractEventLoop, asyncio.Future[PtyProcess]]]" \
+    = queue.SimpleQueue()
+_spawners: list[threading.Thread] = []
+_spawners_lock = threading.Lock()
+
+
+def spawn_off_loop(loop: asyncio.AbstractEventLoop, *args: Any) -> "asyncio.Future[PtyProcess]":
+    """:func:`spawn` in a spawner thread; the future resolves on ``loop`` with the process (or the error)."""
+    with _spawners_lock:
+        while len(_spawners) < SPAWNER_THREADS:  # the whole pool at the first spawn: a fixed set of threads
+            thread = threading.Thread(target=_spawner, name=f"dsh-terminal-spawn-{len(_spawners)}", daemon=True)
+            thread.start()
+            _spawners.append(thread)
+    done: asyncio.Future[PtyProcess] = loop.create_future()
+    _spawn_queue.put((lambda: spawn(*args), loop, done))
+    return done
+
+
+def _spawner() -> None:
+    while True:
+        work, loop, done = _spawn_queue.get()
+        try:
+            proc = work()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
+            loop.call_soon_threadsafe(_settle, done, None, exc)
+        else:
+            loop.call_soon_threadsafe(_settle, done, proc, None)
+
+
+def _settle(done: "asyncio.Future[PtyProcess]", proc: PtyProcess | None, exc: BaseException | None) -> None:
+    if done.cancelled():  # nobody waits: never happens (the opener waits it out), but end the child anyway
+        if proc is not None:
+            proc.kill(9)
+            proc.fileobj.close()
+        return
+    if exc is not None:
+        done.set_exception(exc)
+    else:
+        done.set_result(proc)  # type: ignore[arg-type]
+
+
 class PtyChild:
-    """One backend process on a new PTY.
+    """One backend process on a new PTY (spawned by :func:`spawn`).
 
     ``on_output(data)`` receives every chunk read from the master;
     ``on_change()`` is called when the leader exits or a watched process exits.
     """
 
-    def __init__(self, argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
-                 loop: asyncio.AbstractEventLoop, on_output: Callable[[bytes], None],
-                 on_change: Callable[[], None], pass_fds: tuple[int, ...] = ()) -> None:
+    def __init__(self, proc: PtyProcess, loop: asyncio.AbstractEventLoop, on_output: Callable[[bytes], None],
+                 on_change: Callable[[], None]) -> None:
         self.loop = loop
         self._on_output = on_output
         self._on_change = on_change
-        _check_descriptors_left()
-        try:
-            self._proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
-                                          preexec_fn=make_leader_preexec(os.getpid()), pass_fds=pass_fds)
-        except OSError as exc:
-            raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
-                                + _start_advice(exc)) from exc
-        finally:
-            for fd in pass_fds:  # the child has its copies
-                os.close(fd)
-        proc = self._proc
-        proc.delayafterclose = proc.delayafterterminate = 0
+        self._proc = proc
         self.pid: int = proc.pid
         self.master_fd: int = proc.fd
         self.exit_status: int | None = None
@@ -231,6 +286,8 @@ def _check_descriptors_left() -> None:
     import resource
 
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or _fd_table_size() + FDS_PER_SESSION <= soft:
+        return  # fewer fds are open than the table has room for: no need to count them
     try:
         used = len(os.listdir("/proc/self/fd"))
     except OSError as exc:
@@ -241,6 +298,18 @@ def _check_descriptors_left() -> None:
     if soft != resource.RLIM_INFINITY and used + FDS_PER_SESSION > soft:
         raise TerminalError(f"too many open files: this process uses {used} of its {soft} file descriptors "
                             "(RLIMIT_NOFILE); close sessions you no longer need, or raise the limit")
+
+
+def _fd_table_size() -> int:
+    """The size of this process's fd table (``FDSize``: above its highest open fd), or a huge number."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"FDSize:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1 << 30
 
 
 def _start_advice(exc: OSError) -> str:

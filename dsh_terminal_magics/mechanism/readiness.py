@@ -26,7 +26,7 @@ import termios
 import time
 from dataclasses import dataclass, field
 
-from .process_tree import HAVE_PROC, process_table, read_proc, read_stat
+from .process_tree import HAVE_PROC, ProcFiles, ProcessStat, process_table, stat_of, stat_path
 
 #: Waits with a timeout shorter than this (seconds) are timers, not prompts.
 SHORT_WAIT = 0.05
@@ -79,6 +79,8 @@ class ReadinessProbe:
         self.wrappers: frozenset[int] = frozenset()
         #: Thread ids per pid, read once per check (a walk and the verdict both need them).
         self._tasks: dict[int, list[int]] = {}
+        #: The /proc files of the members, kept open (a check re-reads the same dozen files).
+        self._files = ProcFiles()
         self.available = HAVE_PROC and bool(_SYSCALLS)
         try:
             #: The pts's device number, as ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal.
@@ -89,6 +91,8 @@ class ReadinessProbe:
         self._group_cache: tuple[int, list[int]] | None = None
         #: The foreground group and the scheduler stats of every thread the last check looked at.
         self._last_sample: tuple[int, dict[tuple[int, int], bytes]] | None = None
+        #: The last sample whose verdict was "waiting": it looked at every thread of the group.
+        self._ready_sample: tuple[int, dict[tuple[int, int], bytes]] | None = None
         #: Relative sleeps seen: (pid, tid) -> (the syscall line and scheduler stats, when first seen so).
         self._sleeps_seen: dict[tuple[int, int], tuple[str, float]] = {}
         #: The last :meth:`sleep_ends` answer and the check it was read after (nothing ran since: reuse it).
@@ -97,6 +101,10 @@ class ReadinessProbe:
         self.running_thread: tuple[int, int] | None = None
 
     # -- public ------------------------------------------------------------
+    def close(self) -> None:
+        """Close the /proc files kept open (the session is gone)."""
+        self._files.close()
+
     def foreground_pgid(self) -> int:
         """The tty's foreground process group, or 0 when not known yet."""
         try:
@@ -105,15 +113,24 @@ class ReadinessProbe:
             return 0
 
     def fence(self, accept_stale: bool = False) -> Fence:
-        """Snapshot taken right before writing input."""
+        """Snapshot taken right before writing input.
+
+        When nothing the last ready verdict looked at has run since, its sample is the snapshot (one small
+        read per thread instead of a walk of the group): a send after a prompt costs no walk.
+        """
         fence = Fence(accept_stale=accept_stale)
         pgid = self.foreground_pgid()
         if not self.available or pgid <= 0:
             return fence
+        ready = self._ready_sample
+        if ready is not None and ready[0] == pgid and ready[1] \
+                and all(self._schedstat(pid, tid) == stat for (pid, tid), stat in ready[1].items()):
+            fence.schedstat = dict(ready[1])
+            return fence
         self._tasks = {}
         for pid in self.group_members(pgid):
             for tid in self._threads(pid):
-                stat = _schedstat(pid, tid)
+                stat = self._schedstat(pid, tid)
                 if stat is not None:
                     fence.schedstat[(pid, tid)] = stat
         return fence
@@ -144,10 +161,17 @@ class ReadinessProbe:
             return None
         self._timeout = 0.0
         self.running_thread = None
+        if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
+            leader = self._stat(pgid, pgid)
+            if leader is not None and leader.state in "RD":
+                self.running_thread = (pgid, pgid)
+                self._last_sample = (pgid, {})
+                return None
         self._tasks = {}
         members = self.group_members(pgid)
         self._last_sample = (pgid, {})
         if members and self._group_verdict(members, fence) is True:
+            self._ready_sample = self._last_sample
             return self._timeout
         return None
 
@@ -160,7 +184,7 @@ class ReadinessProbe:
         last = self._last_sample
         if last is None or not last[1] or self.foreground_pgid() != last[0]:
             return False
-        return all(_schedstat(pid, tid) == stat for (pid, tid), stat in last[1].items())
+        return all(self._schedstat(pid, tid) == stat for (pid, tid), stat in last[1].items())
 
     def still_running(self) -> bool:
         """Whether the thread the last check found running is still not blocked (one small read).
@@ -171,7 +195,7 @@ class ReadinessProbe:
         """
         if self.running_thread is None:
             return False
-        stat = read_stat(*self.running_thread)
+        stat = self._stat(*self.running_thread)
         return stat is not None and stat.state not in "StZX"
 
     def sleep_ends(self, now: float) -> float | None:
@@ -195,7 +219,7 @@ class ReadinessProbe:
         for gone in self._sleeps_seen.keys() - last[1].keys():  # threads the last check no longer saw
             del self._sleeps_seen[gone]
         for pid, tid in last[1]:
-            line = _read_text(f"/proc/{pid}/task/{tid}/syscall")
+            line = self._text(f"/proc/{pid}/task/{tid}/syscall")
             end = self._sleep_end(pid, tid, line, now) if line else None
             if end is not None:
                 ends.append(end)
@@ -207,7 +231,7 @@ class ReadinessProbe:
         try:
             name = _TIMED.get(int(parts[0]))
             args = [int(a, 16) for a in parts[1:7]]
-            timeout = _timeout_of(pid, name, args) if name is not None else None
+            timeout = _timeout_of(self._files, pid, name, args) if name is not None else None
         except (OSError, ValueError, IndexError, struct.error):
             timeout = None
         if timeout is None:
@@ -274,7 +298,7 @@ class ReadinessProbe:
                 continue
             seen.add(pid)
             if pid != pgid:  # the group's leader needs no look: a live group keeps its id from reuse
-                stat = read_stat(pid)
+                stat = self._stat(pid)
                 if stat is None or stat.gone or stat.pgrp != pgid:
                     continue
             found.append(pid)
@@ -285,7 +309,7 @@ class ReadinessProbe:
         """Pids of ``pid``'s children (from every thread's ``children`` list)."""
         out: list[int] = []
         for tid in self._threads(pid):
-            children = read_proc(f"/proc/{pid}/task/{tid}/children")
+            children = self._files.read(f"/proc/{pid}/task/{tid}/children")
             if children:
                 out.extend(int(child) for child in children.split())
         return out
@@ -298,6 +322,16 @@ class ReadinessProbe:
             except OSError:
                 return []
         return tasks
+
+    def _schedstat(self, pid: int, tid: int) -> bytes | None:
+        return self._files.read(f"/proc/{pid}/task/{tid}/schedstat")
+
+    def _stat(self, pid: int, tid: int | None = None) -> ProcessStat | None:
+        return stat_of(self._files.read(stat_path(pid, tid)), pid)
+
+    def _text(self, path: str) -> str | None:
+        raw = self._files.read(path)
+        return None if raw is None else raw.decode("ascii", "replace")
 
     def _group_verdict(self, pids: list[int], fence: Fence) -> bool | None:
         """True: someone reads the tty freshly and nobody runs; False: not ready; None: nobody seen."""
@@ -322,21 +356,21 @@ class ReadinessProbe:
     def _thread_state(self, pid: int, tid: int, fence: Fence) -> str | None:
         """``"tty"`` (fresh read wait on our tty), ``"running"`` (on a CPU, or ran while sampled), ``"busy"``
         (not waiting for us: a stale wait, or unknown), ``"idle"``, or None (gone)."""
-        before = _schedstat(pid, tid)
+        before = self._schedstat(pid, tid)
         if before is None:
             return None
-        stat = read_stat(pid, tid)
+        stat = self._stat(pid, tid)
         if stat is None:
             return None
         if stat.gone:
             return "idle"
         if stat.state not in "St":
             return "running"
-        syscall = _read_text(f"/proc/{pid}/task/{tid}/syscall")
+        syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
         if syscall is None:
             return "busy"
         waits_on_tty = self._waits_on_tty(pid, syscall)
-        after = _schedstat(pid, tid)
+        after = self._schedstat(pid, tid)
         if self._last_sample is not None and after is not None:
             self._last_sample[1][(pid, tid)] = after
         if after != before:
@@ -387,7 +421,7 @@ class ReadinessProbe:
             return True
         if target != "/dev/tty" or self.tty_rdev is None:
             return False
-        stat = read_proc(f"/proc/{pid}/stat")
+        stat = self._files.read(f"/proc/{pid}/stat")
         if stat is None:
             return False
         try:
@@ -398,7 +432,7 @@ class ReadinessProbe:
 
     def _wait_timeout(self, pid: int, name: str, args: list[int]) -> float | None:
         """A tty wait's timeout in seconds (``math.inf``: none), or None for a timer (under :data:`SHORT_WAIT`)."""
-        timeout = _timeout_of(pid, name, args)
+        timeout = _timeout_of(self._files, pid, name, args)
         seconds = math.inf if timeout is None else timeout[2]
         return None if seconds < SHORT_WAIT else seconds
 
@@ -407,7 +441,7 @@ class ReadinessProbe:
         seconds = self._wait_timeout(pid, name, args)
         if seconds is None or not readfds or nfds <= 0 or nfds > 65536:
             return False
-        bits = _read_memory(pid, readfds, (nfds + 7) // 8)
+        bits = self._files.memory(pid, readfds, (nfds + 7) // 8)
         for index, byte in enumerate(bits):
             if byte:
                 for bit in range(8):
@@ -421,7 +455,7 @@ class ReadinessProbe:
         seconds = self._wait_timeout(pid, name, args)
         if seconds is None or not fds_ptr or nfds <= 0 or nfds > 65536:
             return False
-        raw = _read_memory(pid, fds_ptr, 8 * nfds)
+        raw = self._files.memory(pid, fds_ptr, 8 * nfds)
         for fd, events, _ in struct.iter_unpack("ihh", raw):
             if fd >= 0 and events & _POLLIN and self._is_tty(pid, fd):
                 return self._waiting(seconds)
@@ -429,7 +463,7 @@ class ReadinessProbe:
 
     def _epoll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
         seconds = self._wait_timeout(pid, name, args)
-        info = _read_text(f"/proc/{pid}/fdinfo/{args[0]}") if seconds is not None else None
+        info = self._text(f"/proc/{pid}/fdinfo/{args[0]}") if seconds is not None else None
         if seconds is None or info is None:
             return False
         for line in info.splitlines():
@@ -442,18 +476,18 @@ class ReadinessProbe:
         return False
 
 
-def _timeout_of(pid: int, name: str, args: list[int]) -> tuple[int, bool, float] | None:
+def _timeout_of(files: ProcFiles, pid: int, name: str, args: list[int]) -> tuple[int, bool, float] | None:
     """A timed wait's (clock, absolute, seconds) from its syscall arguments, or None for an untimed wait."""
     if name == "nanosleep":
-        return _CLOCK_MONOTONIC, False, _timespec(pid, args[0])
+        return _CLOCK_MONOTONIC, False, _timespec(files, pid, args[0])
     if name == "clock_nanosleep":
-        return args[0], bool(args[1] & _TIMER_ABSTIME), _timespec(pid, args[2])
+        return args[0], bool(args[1] & _TIMER_ABSTIME), _timespec(files, pid, args[2])
     if name == "futex":
         command = args[1] & _FUTEX_CMD_MASK
         if command not in (_FUTEX_WAIT, _FUTEX_WAIT_BITSET) or not args[3]:
             return None
         clock = _CLOCK_REALTIME if args[1] & _FUTEX_CLOCK_REALTIME else _CLOCK_MONOTONIC
-        return clock, command == _FUTEX_WAIT_BITSET, _timespec(pid, args[3])
+        return clock, command == _FUTEX_WAIT_BITSET, _timespec(files, pid, args[3])
     index, kind = _TIMEOUT_ARG[name]
     value = args[index]
     if kind == "ms":
@@ -461,30 +495,11 @@ def _timeout_of(pid: int, name: str, args: list[int]) -> tuple[int, bool, float]
         return (_CLOCK_MONOTONIC, False, millis / 1000) if millis >= 0 else None
     if not value:
         return None
-    sec, frac = struct.unpack("qq", _read_memory(pid, value, 16))
+    sec, frac = struct.unpack("qq", files.memory(pid, value, 16))
     return _CLOCK_MONOTONIC, False, sec + frac / (1e6 if kind == "tv" else 1e9)
 
 
-def _timespec(pid: int, address: int) -> float:
-    sec, nsec = struct.unpack("qq", _read_memory(pid, address, 16))
+def _timespec(files: ProcFiles, pid: int, address: int) -> float:
+    sec, nsec = struct.unpack("qq", files.memory(pid, address, 16))
     return sec + nsec / 1e9
 
-
-def _schedstat(pid: int, tid: int) -> bytes | None:
-    return read_proc(f"/proc/{pid}/task/{tid}/schedstat")
-
-
-def _read_text(path: str) -> str | None:
-    raw = read_proc(path)
-    return None if raw is None else raw.decode("ascii", "replace")
-
-
-def _read_memory(pid: int, address: int, size: int) -> bytes:
-    fd = os.open(f"/proc/{pid}/mem", os.O_RDONLY)
-    try:
-        data = os.pread(fd, size, address)
-    finally:
-        os.close(fd)
-    if len(data) != size:
-        raise ValueError("short read of process memory")
-    return data

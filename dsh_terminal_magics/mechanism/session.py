@@ -15,12 +15,14 @@ import signal as signal_module
 import time
 from dataclasses import dataclass, replace
 
+from ptyprocess import PtyProcess
+
 from ..errors import SessionBusyError, SessionNotRunningError, TerminalError
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
 from .process_tree import TreeToEnd, descendants, process_table, read_proc, scan_group
-from .pty_child import PtyChild
+from .pty_child import PtyChild, spawn_off_loop
 from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
@@ -102,6 +104,8 @@ class Session:
         self.closing: asyncio.Future[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self.child: PtyChild | None = None
+        #: Resolves once a spawn in progress has finished (see :meth:`open`).
+        self._spawned: asyncio.Future[None] | None = None
 
     # -- state -----------------------------------------------------------------------
     @property
@@ -132,16 +136,36 @@ class Session:
                            self.options.rows, self.options.cols)
 
     # -- lifecycle -----------------------------------------------------------------------
-    def open(self) -> None:
-        """Start the backend process on a new PTY (runs on the loop thread)."""
+    async def open(self) -> None:
+        """Start the backend process on a new PTY (the fork and exec run in a spawner thread).
+
+        Once this returns or raises, a process that was started is the session's to end, even when the
+        awaiting task was cancelled meanwhile (the spawn is waited out first).
+        """
         argv, pass_fds = self.sandbox.wrap(self.spec.argv, self.cwd)
+        spawning = spawn_off_loop(self.loop, argv, self.cwd, self.env, self.options.rows, self.options.cols,
+                                  tuple(pass_fds))
+        self._spawned = self.loop.create_future()
         try:
-            child = PtyChild(argv, self.cwd, self.env, self.options.rows, self.options.cols, self.loop,
-                             self._ingest, self._child_changed, tuple(pass_fds))
-        except TerminalError as exc:
-            raise TerminalError(f"could not start {self.type!r} session: {exc}") from None
-        self.child = child
-        self.probe = ReadinessProbe(child.master_fd, child.slave_fd, child.tty_path, child.pid)
+            try:
+                proc = await asyncio.shield(spawning)
+            except asyncio.CancelledError:
+                self._adopt(await spawning)
+                raise
+            except TerminalError as exc:
+                raise TerminalError(f"could not start {self.type!r} session: {exc}") from None
+            self._adopt(proc)
+        finally:
+            self._spawned.set_result(None)
+
+    async def spawned(self) -> None:
+        """Wait until a spawn in progress has finished (its process, if any, is then :attr:`child`)."""
+        if self._spawned is not None:
+            await asyncio.shield(self._spawned)
+
+    def _adopt(self, proc: PtyProcess) -> None:
+        self.child = PtyChild(proc, self.loop, self._ingest, self._child_changed)
+        self.probe = ReadinessProbe(self.child.master_fd, self.child.slave_fd, self.child.tty_path, self.child.pid)
         self.status = "running"
 
     async def wait_started(self) -> str:
@@ -200,6 +224,8 @@ class Session:
             self.child.reap()
             self.child.drain()
             self.child.close_fds()
+        if self.probe is not None:
+            self.probe.close()
         if self.recorder is not None:
             self.recorder.close()
             self.recorder = None

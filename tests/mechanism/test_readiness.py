@@ -280,6 +280,46 @@ def test_a_computing_program_is_looked_at_often_and_cheaply(manager, agent, shel
     assert "N-42" in send(manager, agent, shell, "echo N-$((6*7))").viewport
 
 
+def test_a_send_after_a_prompt_takes_its_fence_from_the_last_check(manager, agent, shell):
+    """Nothing has run since the check that saw the prompt: that check's sample is the fence (one small read
+    per thread, no walk of the group).  After a send that left the program running, the fence walks again."""
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe = session.probe
+    walks_in_fence = []
+
+    def instrument(on: bool):
+        if not on:
+            del probe.fence, probe.group_members
+            return
+        fence, members = probe.fence, probe.group_members
+        inside = []
+
+        def fenced(*args, **kw):
+            inside.append(True)
+            try:
+                return fence(*args, **kw)
+            finally:
+                inside.pop()
+
+        def walked(pgid):
+            if inside:
+                walks_in_fence.append(pgid)
+            return members(pgid)
+        probe.fence, probe.group_members = fenced, walked
+    assert send(manager, agent, shell, "echo warm").wait_reason == "stdin_read"
+    manager.loop_thread.call(instrument, True)
+    try:
+        for i in range(5):
+            assert f"N-{i}" in send(manager, agent, shell, f"echo N-{i}").viewport
+        assert walks_in_fence == []
+        assert send(manager, agent, shell, "sleep 0.5", timeout=0.1).wait_reason == "timeout"
+        assert send(manager, agent, shell, "").wait_reason == "stdin_read"  # the sleep ran: a full fence
+        assert len(walks_in_fence) == 1
+    finally:
+        manager.loop_thread.call(instrument, False)
+    assert "N-42" in send(manager, agent, shell, "echo N-$((6*7))").viewport
+
+
 def test_still_running_follows_the_thread_the_check_found_on_a_cpu(manager, agent, shell):
     """``running_thread`` is the group's thread the last check found running; ``still_running`` says whether it
     still is (a blocked thread is not)."""

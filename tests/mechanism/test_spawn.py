@@ -1,0 +1,121 @@
+"""Opening off the loop: spawns run in spawner threads, overlap, respect the caps, and leak nothing when the
+opener is cancelled or the manager shut down mid-spawn; the probe's kept /proc files end with the session."""
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+from dsh_terminal_magics.errors import SessionLimitError
+from dsh_terminal_magics.mechanism import SendRequest, SessionManager
+from dsh_terminal_magics.mechanism import pty_child
+
+
+def kept_proc_files(pid: int) -> list[str]:
+    """This process's open fds on ``/proc/PID/...`` (the readiness probe keeps them open between checks)."""
+    out = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(f"/proc/{pid}/"):
+            out.append(target)
+    return out
+
+
+def test_the_fork_runs_in_a_spawner_thread_not_on_the_loop(manager, agent, monkeypatch):
+    threads: list[str] = []
+    real = pty_child.spawn
+
+    def recording_spawn(*args):  # the real spawn, noting which thread ran it
+        threads.append(threading.current_thread().name)
+        return real(*args)
+
+    monkeypatch.setattr(pty_child, "spawn", recording_spawn)
+    info = manager.sync.open(agent, "shell")
+    assert manager.sync.send(agent, info.session_id, SendRequest("echo spawned-$((40+2))")).wait_reason == "stdin_read"
+    assert threads and all(name.startswith("dsh-terminal-spawn-") for name in threads), threads
+    assert manager.loop_thread.thread.name not in threads
+
+
+def test_concurrent_opens_cannot_pass_the_per_agent_cap(agent):
+    manager = SessionManager(max_sessions_per_owner=3)
+    try:
+        async def open_many() -> list:
+            return await asyncio.gather(*(manager.aio.open(agent, "shell") for _ in range(6)),
+                                        return_exceptions=True)
+
+        results = asyncio.run(open_many())
+        refused = [r for r in results if isinstance(r, SessionLimitError)]
+        opened = [r for r in results if not isinstance(r, BaseException)]
+        assert len(opened) == 3 and len(refused) == 3, results
+        assert "the most one agent may have (3)" in str(refused[0])
+        assert len(manager.sync.list(agent)) == 3
+    finally:
+        manager.sync.shutdown()
+
+
+def test_concurrent_opens_with_one_name_give_one_session(agent, manager):
+    async def open_named() -> list:
+        return await asyncio.gather(*(manager.aio.open(agent, "shell", name="same") for _ in range(3)),
+                                    return_exceptions=True)
+
+    results = asyncio.run(open_named())
+    assert sum(1 for r in results if not isinstance(r, BaseException)) == 1, results
+    assert all("already have a terminal session named 'same'" in str(r) for r in results if isinstance(r, Exception))
+
+
+@pytest.mark.parametrize("when", ["cancel the opener", "shut the manager down"])
+def test_a_spawn_in_flight_is_ended_when_its_open_is_abandoned(agent, when):
+    """The no_leaks fixture fails this test if the process spawned meanwhile survives."""
+    manager = SessionManager()
+    spawned = threading.Event()
+    real = pty_child.spawn
+
+    def slow_spawn(*args):
+        proc = real(*args)
+        spawned.set()
+        return proc
+
+    pty_child.spawn = slow_spawn  # type: ignore[assignment]
+    try:
+        async def abandon() -> object:
+            opening = asyncio.ensure_future(manager.aio.open(agent, "shell"))
+            while not spawned.is_set():
+                await asyncio.sleep(0)  # the spawn has started the process; the open has not returned yet
+            if when == "cancel the opener":
+                opening.cancel()
+            else:
+                await manager.aio.shutdown()
+            return (await asyncio.gather(opening, return_exceptions=True))[0]
+
+        outcome = asyncio.run(abandon())
+        assert isinstance(outcome, BaseException), outcome
+    finally:
+        pty_child.spawn = real  # type: ignore[assignment]
+        manager.sync.shutdown()
+
+
+def test_kept_proc_files_close_with_the_session(manager, agent):
+    info = manager.sync.open(agent, "shell")
+    assert manager.sync.send(agent, info.session_id, SendRequest("echo x")).wait_reason == "stdin_read"
+    assert kept_proc_files(info.pid), "the probe keeps the shell's /proc files open between checks"
+    manager.sync.close(agent, info.session_id)
+    assert kept_proc_files(info.pid) == []
+
+
+def test_a_program_that_replaced_the_shell_is_read_afresh(manager, agent):
+    """``exec`` gives the process a new memory image: a kept ``/proc/PID/mem`` of the old one reads nothing,
+    so the probe must open it again (else the new program's tty wait is never seen)."""
+    info = manager.sync.open(agent, "shell")
+    sid = info.session_id
+    assert manager.sync.send(agent, sid, SendRequest("echo before")).wait_reason == "stdin_read"
+    r = manager.sync.send(agent, sid, SendRequest("exec python3 -q -c 'import select, sys; "
+                                                  "select.select([sys.stdin], [], []); print(\"got\", input())'",
+                                                  timeout=20, idle=10))
+    assert r.wait_reason == "stdin_read", r
+    r = manager.sync.send(agent, sid, SendRequest("hello", timeout=20, idle=10))
+    assert "got hello" in r.viewport and r.wait_reason == "session_exit", r
