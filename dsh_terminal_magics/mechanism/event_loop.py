@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Callable, Coroutine, Protocol, TypeVar
+from typing import Any, Callable, Coroutine, Generic, Protocol, TypeVar
 
 from ..errors import TerminalError
 
@@ -53,6 +53,42 @@ class LoopProxy:
         call.__name__ = name
         call.__doc__ = method.__doc__
         return call
+
+
+class Handoff(Generic[T]):
+    """A result handed from the loop thread to the one thread waiting for it: a lock the loop releases once
+    the value is in.  A ``concurrent.futures.Future`` does the same with a condition variable, callbacks and
+    state checks - more code on both sides of the hot path of every send."""
+
+    __slots__ = ("_lock", "_value", "_error", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._set = False
+
+    def set_result(self, value: T) -> None:
+        if not self._set:
+            self._set = True
+            self._value = value
+            self._lock.release()
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self._set:
+            self._set = True
+            self._error = error
+            self._lock.release()
+
+    def result(self, timeout: float | None = None) -> T:
+        """Wait for the value (raises the error; ``TimeoutError`` after ``timeout`` seconds)."""
+        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            raise TimeoutError("no result in time")
+        self._lock.release()  # later calls return at once
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[no-any-return]
 
 
 class EventLoopThread:
@@ -144,7 +180,7 @@ class EventLoopThread:
         if self.in_loop_thread():
             return fn(*args)
         self._check_alive()
-        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+        result: Handoff[T] = Handoff()
 
         def invoke() -> None:
             try:
@@ -167,11 +203,11 @@ class EventLoopThread:
         if self.in_loop_thread():
             raise TerminalError("blocking terminal calls cannot be made from the terminal loop thread; "
                                 "use the async API there")
-        result: concurrent.futures.Future[T] = concurrent.futures.Future()
+        result: Handoff[T] = Handoff()
 
         def copy(done: "asyncio.Future[T]") -> None:
             if done.cancelled():
-                result.cancel()
+                result.set_exception(asyncio.CancelledError())
             elif done.exception() is not None:
                 result.set_exception(done.exception())  # type: ignore[arg-type]
             else:
@@ -191,6 +227,6 @@ class EventLoopThread:
                 self.loop.call_soon_threadsafe(on_interrupt)
                 try:
                     result.result(timeout=10)
-                except Exception:
+                except BaseException:
                     pass
             raise

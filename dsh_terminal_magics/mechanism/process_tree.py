@@ -46,6 +46,8 @@ class ProcessStat:
     pgrp: int
     session: int
     start_time: int
+    #: Threads of the whole process (the same in every thread's ``stat``).
+    threads: int = 1
 
     @property
     def ident(self) -> ProcessId:
@@ -73,7 +75,7 @@ def _live_thread(pid: int) -> bool:
 def parse_stat(raw: str, pid: int) -> ProcessStat:
     """Parse the text of ``/proc/PID/stat`` (the command name may hold spaces and parentheses)."""
     rest = raw[raw.rindex(")") + 2 :].split()
-    return ProcessStat(pid, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]))
+    return ProcessStat(pid, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), int(rest[17]))
 
 
 def read_proc(path: str) -> bytes | None:

@@ -161,13 +161,15 @@ class ReadinessProbe:
             return None
         self._timeout = 0.0
         self.running_thread = None
+        self._tasks = {}
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
             leader = self._stat(pgid, pgid)
             if leader is not None and leader.state in "RD":
                 self.running_thread = (pgid, pgid)
                 self._last_sample = (pgid, {})
                 return None
-        self._tasks = {}
+            if leader is not None and leader.threads == 1:
+                self._tasks[pgid] = [pgid]  # its only thread: no need to list them
         members = self.group_members(pgid)
         self._last_sample = (pgid, {})
         if members and self._group_verdict(members, fence) is True:
