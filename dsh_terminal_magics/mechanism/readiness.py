@@ -97,6 +97,8 @@ class ReadinessProbe:
         self._sleeps_seen: dict[tuple[int, int], tuple[str, float]] = {}
         #: The last :meth:`sleep_ends` answer and the check it was read after (nothing ran since: reuse it).
         self._sleep_answer: tuple[object, float | None] | None = None
+        #: The group leader's stat as the current check first read it: (pgid, stat).
+        self._leader_stat: tuple[int, ProcessStat] | None = None
         #: The thread the last check found on a CPU (or that ran during its sample), if any.
         self.running_thread: tuple[int, int] | None = None
 
@@ -162,6 +164,7 @@ class ReadinessProbe:
         self._timeout = 0.0
         self.running_thread = None
         self._tasks = {}
+        self._leader_stat = None
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
             leader = self._stat(pgid, pgid)
             if leader is not None and leader.state in "RD":
@@ -170,6 +173,7 @@ class ReadinessProbe:
                 return None
             if leader is not None and leader.threads == 1:
                 self._tasks[pgid] = [pgid]  # its only thread: no need to list them
+            self._leader_stat = (pgid, leader) if leader is not None else None
         members = self.group_members(pgid)
         self._last_sample = (pgid, {})
         if members and self._group_verdict(members, fence) is True:
@@ -325,6 +329,12 @@ class ReadinessProbe:
                 return []
         return tasks
 
+    def _take_leader_stat(self, pid: int, tid: int) -> ProcessStat | None:
+        """The group leader's stat this check read a moment ago, once.  Its state only filters: a thread that
+        ran since shows it in its ``syscall`` file, read between the two scheduler samples."""
+        kept, self._leader_stat = self._leader_stat, None
+        return kept[1] if kept is not None and kept[0] == pid == tid else None
+
     def _schedstat(self, pid: int, tid: int) -> bytes | None:
         return self._files.read(f"/proc/{pid}/task/{tid}/schedstat")
 
@@ -361,7 +371,7 @@ class ReadinessProbe:
         before = self._schedstat(pid, tid)
         if before is None:
             return None
-        stat = self._stat(pid, tid)
+        stat = self._take_leader_stat(pid, tid) or self._stat(pid, tid)
         if stat is None:
             return None
         if stat.gone:
