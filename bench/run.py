@@ -63,6 +63,63 @@ def leftovers() -> int:
     return sum(1 for p in with_token(_PROCESS_TOKEN.encode(), table, set()) if not table[p].gone)
 
 
+# -- what idling costs on this machine ----------------------------------------------------------------
+def python_work() -> str:
+    """A fixed unit of interpreter work, ~0.2 ms warm here (dicts, JSON, a regex: the kind a send does)."""
+    parts = {str(i): json.dumps({"a": i, "b": [i, i + 1]}) for i in range(30)}
+    return re.sub(r"\d", "x", "".join(parts.values()))
+
+
+def bench_idle_costs(reps: int) -> dict:
+    """Two properties of the machine that decide how much an idle-then-busy call costs: how long one thread
+    takes to wake another blocked in ``epoll`` (after 0.2 ms and after 10 ms of idling), and how much slower
+    the same short unit of Python work runs right after the thread slept 10 ms than back to back (caches and
+    the virtual CPU go cold).  Interleaved, ``reps`` each."""
+    import select
+    import socket
+    import threading
+
+    left, right = socket.socketpair()
+    woke: list[float] = []
+    done = threading.Semaphore(0)
+
+    def waiter() -> None:
+        poller = select.epoll()
+        poller.register(right.fileno(), select.EPOLLIN)
+        while True:
+            poller.poll()
+            woke.append(time.perf_counter())
+            if right.recv(1) == b"q":
+                return
+            done.release()
+
+    thread = threading.Thread(target=waiter, daemon=True)
+    thread.start()
+    times: dict[str, list[float]] = {k: [] for k in ("wake after 0.2 ms idle", "wake after 10 ms idle",
+                                                     "work back to back", "work after 10 ms asleep")}
+    for _ in range(reps):
+        for gap, name in ((0.0002, "wake after 0.2 ms idle"), (0.01, "wake after 10 ms idle")):
+            time.sleep(gap)
+            started = time.perf_counter()
+            left.send(b"x")
+            done.acquire()
+            times[name].append(woke[-1] - started)
+        python_work()
+        started = time.perf_counter()
+        python_work()
+        times["work back to back"].append(time.perf_counter() - started)
+        time.sleep(0.01)
+        started = time.perf_counter()
+        python_work()
+        times["work after 10 ms asleep"].append(time.perf_counter() - started)
+    left.send(b"q")
+    thread.join()
+    left.close()
+    right.close()
+    med = {f"{k} ms": statistics.median(v) * 1000 for k, v in times.items()}
+    return {**med, "cold_work_factor": med["work after 10 ms asleep ms"] / med["work back to back ms"]}
+
+
 # -- round trip ---------------------------------------------------------------------------------
 class PexpectPrompt:
     """The fastest known-prompt baseline: pexpect with no send delay, expecting a unique prompt."""
@@ -655,6 +712,7 @@ def main() -> int:
         "date": time.strftime("%Y-%m-%d"),
         "command": "python3 bench/run.py" + (" --quick" if q else ""),
     }
+    results["idle_costs"] = bench_idle_costs(20 if q else 200)
     results["round_trip"] = bench_round_trip(24 if q else 400)
     results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
     results["scale"] = bench_scale(20 if q else 200, 1 if q else 3)

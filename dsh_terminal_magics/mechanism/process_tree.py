@@ -111,33 +111,42 @@ def stat_of(raw: bytes | None, pid: int) -> ProcessStat | None:
         return None
 
 
-#: Open ``/proc`` files all :class:`ProcFiles` may keep at once: at most this, and an eighth of the fd limit.
-PROC_FILES_BUDGET = 512
+#: Open ``/proc`` files all :class:`ProcFiles` may keep at once: at most this, and a quarter of the fd limit.
+PROC_FILES_BUDGET = 4096
 _proc_files_open = 0
 
 
 def _proc_files_budget() -> int:
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    return PROC_FILES_BUDGET if soft == resource.RLIM_INFINITY else min(PROC_FILES_BUDGET, soft // 8)
+    return PROC_FILES_BUDGET if soft == resource.RLIM_INFINITY else min(PROC_FILES_BUDGET, soft // 4)
 
 
 class ProcFiles:
-    """``/proc`` files of the processes one session watches, kept open and re-read with ``pread``.
+    """``/proc`` files of one process, kept open and re-read with ``pread``; other processes' files read by path.
 
-    A readiness check reads a dozen small files; opening each costs three
-    syscalls (10 us here), re-reading an open one costs one (2 us).  An fd of
-    ``/proc/PID/...`` stays bound to that process (``mem`` to its memory image),
-    so a read of a process that exited (or exec'd, for ``mem``) fails; then the
-    path is opened afresh once, which reads whatever has that pid now - the
-    same answer as reading by path.  At most ``limit`` files per instance and
-    :data:`PROC_FILES_BUDGET` in the whole process stay open (the oldest are
-    closed first; past the budget files are read by path); :meth:`close`
-    closes them all.
+    A readiness check reads a dozen small files, most of them the session's
+    program's (a shell or REPL at its prompt); opening each costs three
+    syscalls (10 us here), re-reading an open one costs one (2 us).  Only the
+    files of the process given (:meth:`keep_files_of`) are kept: a command's
+    processes come and go.  An fd of ``/proc/PID/...`` stays bound to that process (``mem`` to
+    its memory image), so a read of a process that exited (or exec'd, for
+    ``mem``) fails; then the path is opened afresh once, which reads whatever
+    has that pid now - the same answer as reading by path.  At most ``limit``
+    files per instance and :data:`PROC_FILES_BUDGET` in the whole process stay
+    open (past those, files are read by path); :meth:`close` closes them all.
     """
 
-    def __init__(self, limit: int = 16) -> None:
+    def __init__(self, pid: int, limit: int = 16) -> None:
         self.limit = limit
         self._fds: dict[str, int] = {}
+        self._prefix = ""
+        self.keep_files_of(pid)
+
+    def keep_files_of(self, pid: int) -> None:
+        """Keep ``pid``'s files from now on (closing those of the process kept so far)."""
+        self._prefix = f"/proc/{pid}/"
+        for path in [p for p in self._fds if not p.startswith(self._prefix)]:
+            self._forget(path)
 
     def read(self, path: str) -> bytes | None:
         """The contents of a small ``/proc`` file, or ``None`` when it cannot be read."""
@@ -178,10 +187,9 @@ class ProcFiles:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
-        keep = self.limit > 0 and _proc_files_open < _proc_files_budget()
+        keep = path.startswith(self._prefix) and len(self._fds) < self.limit \
+            and _proc_files_open < _proc_files_budget()
         if keep:
-            if len(self._fds) >= self.limit:
-                self._forget(next(iter(self._fds)))  # the oldest
             self._fds[path] = fd
             _proc_files_open += 1
         try:

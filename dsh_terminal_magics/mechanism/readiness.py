@@ -74,13 +74,13 @@ class ReadinessProbe:
         self.slave_fd = slave_fd
         self.tty_path = tty_path
         #: The program the session runs (the shell, a REPL): found under a wrapper once it started.
-        self.leader_pid = leader_pid
+        self._leader_pid = leader_pid
         #: Processes of a wrapper around the program (bubblewrap) that only wait for it: never members.
         self.wrappers: frozenset[int] = frozenset()
         #: Thread ids per pid, read once per check (a walk and the verdict both need them).
         self._tasks: dict[int, list[int]] = {}
-        #: The /proc files of the members, kept open (a check re-reads the same dozen files).
-        self._files = ProcFiles()
+        #: /proc files read by checks; the program's are kept open (a check re-reads the same dozen files).
+        self._files = ProcFiles(leader_pid)
         self.available = HAVE_PROC and bool(_SYSCALLS)
         try:
             #: The pts's device number, as ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal.
@@ -103,6 +103,16 @@ class ReadinessProbe:
         self.running_thread: tuple[int, int] | None = None
 
     # -- public ------------------------------------------------------------
+    @property
+    def leader_pid(self) -> int:
+        """The program the session runs (the shell, a REPL); set when it is found under a wrapper."""
+        return self._leader_pid
+
+    @leader_pid.setter
+    def leader_pid(self, pid: int) -> None:
+        self._leader_pid = pid
+        self._files.keep_files_of(pid)
+
     def close(self) -> None:
         """Close the /proc files kept open (the session is gone)."""
         self._files.close()

@@ -99,12 +99,25 @@ def test_a_spawn_in_flight_is_ended_when_its_open_is_abandoned(agent, when):
         manager.sync.shutdown()
 
 
-def test_kept_proc_files_close_with_the_session(manager, agent):
+def test_only_the_programs_proc_files_are_kept_and_they_close_with_the_session(manager, agent):
     info = manager.sync.open(agent, "shell")
-    assert manager.sync.send(agent, info.session_id, SendRequest("echo x")).wait_reason == "stdin_read"
-    assert kept_proc_files(info.pid), "the probe keeps the shell's /proc files open between checks"
+    r = manager.sync.send(agent, info.session_id, SendRequest("sleep 0.2 | cat; (sleep 0.1; echo sub) | cat"))
+    assert r.wait_reason == "stdin_read" and "sub" in r.viewport, r
+    kept = kept_proc_files(info.pid)
+    assert kept, "the probe keeps the shell's /proc files open between checks"
+    assert len(kept) <= 16
+    everything = [target for target in map(_target, os.listdir("/proc/self/fd"))
+                  if target.startswith("/proc/") and not target.startswith(f"/proc/{os.getpid()}/")]
+    assert sorted(everything) == sorted(kept), "a command's processes' files are read by path, not kept"
     manager.sync.close(agent, info.session_id)
     assert kept_proc_files(info.pid) == []
+
+
+def _target(fd: str) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
 
 
 def test_a_program_that_replaced_the_shell_is_read_afresh(manager, agent):
