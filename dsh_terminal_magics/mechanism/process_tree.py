@@ -36,9 +36,9 @@ class ProcessId(NamedTuple):
     start_time: int
 
 
-@dataclass(frozen=True)
-class ProcessStat:
-    """The fields of ``/proc/PID/stat`` this package reads."""
+class ProcessStat(NamedTuple):
+    """The fields of ``/proc/PID/stat`` this package reads (a named tuple: one is parsed per process per scan
+    and several per readiness check)."""
 
     pid: int
     state: str
@@ -72,10 +72,11 @@ def _live_thread(pid: int) -> bool:
     return False
 
 
-def parse_stat(raw: str, pid: int) -> ProcessStat:
-    """Parse the text of ``/proc/PID/stat`` (the command name may hold spaces and parentheses)."""
-    rest = raw[raw.rindex(")") + 2 :].split()
-    return ProcessStat(pid, rest[0], int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), int(rest[17]))
+def parse_stat(raw: bytes, pid: int) -> ProcessStat:
+    """Parse ``/proc/PID/stat`` (the command name may hold spaces and parentheses: the fields start after the
+    last ``)``)."""
+    rest = raw[raw.rindex(b")") + 2 :].split(None, 20)
+    return ProcessStat(pid, chr(rest[0][0]), int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), int(rest[17]))
 
 
 def read_proc(path: str) -> bytes | None:
@@ -106,7 +107,7 @@ def stat_of(raw: bytes | None, pid: int) -> ProcessStat | None:
     if raw is None:
         return None
     try:
-        return parse_stat(raw.decode("utf-8", "replace"), pid)
+        return parse_stat(raw, pid)
     except (ValueError, IndexError):
         return None
 
