@@ -14,6 +14,7 @@ import asyncio
 import errno
 import os
 import queue
+import signal
 import threading
 import time
 from typing import Any, Callable
@@ -50,14 +51,15 @@ def spawn(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
 #: session's I/O on the loop, and several opens overlap there.  They never end before the process does:
 #: ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends.
 SPAWNER_THREADS = 4
-_spawn_queue: "queue.SimpleQueue[tuple[Callable[[], PtyProcess], asyncio.AbstractEventLoop, asyncio.Future[PtyProcess]]]" \
-    = queue.SimpleQueue()
+_Work = tuple[Callable[[], Any], "asyncio.AbstractEventLoop | None", "asyncio.Future[PtyProcess] | None"]
+_spawn_queue: "queue.SimpleQueue[_Work]" = queue.SimpleQueue()
 _spawners: list[threading.Thread] = []
 _spawners_lock = threading.Lock()
 
 
 def spawn_off_loop(loop: asyncio.AbstractEventLoop, *args: Any) -> "asyncio.Future[PtyProcess]":
-    """:func:`spawn` in a spawner thread; the future resolves on ``loop`` with the process (or the error)."""
+    """:func:`spawn` in a spawner thread; the future resolves on ``loop`` with the process (or the error).
+    Cancelling the future does not stop the spawn: a process it started then is killed and reaped."""
     with _spawners_lock:
         while len(_spawners) < SPAWNER_THREADS:  # the whole pool at the first spawn: a fixed set of threads
             thread = threading.Thread(target=_spawner, name=f"dsh-terminal-spawn-{len(_spawners)}", daemon=True)
@@ -69,26 +71,42 @@ def spawn_off_loop(loop: asyncio.AbstractEventLoop, *args: Any) -> "asyncio.Futu
 
 
 def _spawner() -> None:
+    """A spawner thread's life: never ends (see :data:`SPAWNER_THREADS`), whatever a job raises."""
     while True:
         work, loop, done = _spawn_queue.get()
         try:
-            proc = work()
-        except BaseException as exc:  # noqa: BLE001 - handed to the waiting coroutine
-            loop.call_soon_threadsafe(_settle, done, None, exc)
-        else:
-            loop.call_soon_threadsafe(_settle, done, proc, None)
+            proc, exc = work(), None
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting coroutine
+            proc, exc = None, error
+        if loop is None or done is None:
+            continue
+        try:
+            loop.call_soon_threadsafe(_settle, done, proc, exc)
+        except RuntimeError:  # the loop is closed (interpreter exit): nobody will take the process
+            if proc is not None:
+                _discard(proc)
 
 
 def _settle(done: "asyncio.Future[PtyProcess]", proc: PtyProcess | None, exc: BaseException | None) -> None:
-    if done.cancelled():  # nobody waits: never happens (the opener waits it out), but end the child anyway
+    if done.cancelled():  # nobody takes the process: end it off the loop (kill and reap)
         if proc is not None:
-            proc.kill(9)
-            proc.fileobj.close()
+            _spawn_queue.put((lambda: _discard(proc), None, None))
         return
     if exc is not None:
         done.set_exception(exc)
     else:
         done.set_result(proc)  # type: ignore[arg-type]
+
+
+def _discard(proc: PtyProcess) -> None:
+    """Kill a just-spawned process nobody took and reap it (it has started nothing yet to outlive it; under
+    bubblewrap its namespace ends with it)."""
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        os.waitpid(proc.pid, 0)
+    except OSError:
+        pass
+    proc.fileobj.close()
 
 
 class PtyChild:

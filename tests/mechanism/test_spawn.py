@@ -132,3 +132,25 @@ def test_a_program_that_replaced_the_shell_is_read_afresh(manager, agent):
     assert r.wait_reason == "stdin_read", r
     r = manager.sync.send(agent, sid, SendRequest("hello", timeout=20, idle=10))
     assert "got hello" in r.viewport and r.wait_reason == "session_exit", r
+
+
+def test_a_spawn_nobody_takes_is_killed_and_reaped(manager, monkeypatch):
+    from dsh_terminal_magics.mechanism.process_tree import read_stat
+    from tests.conftest import wait_for
+
+    pids: list[int] = []
+    real = pty_child.spawn
+
+    def recording_spawn(*args):
+        proc = real(*args)
+        pids.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(pty_child, "spawn", recording_spawn)
+
+    async def spawn_and_walk_away() -> None:
+        pty_child.spawn_off_loop(manager.loop_thread.loop, ["sleep", "60"], "/", dict(os.environ), 24, 80).cancel()
+
+    manager.loop_thread.run(spawn_and_walk_away())
+    wait_for(lambda: pids)
+    wait_for(lambda: read_stat(pids[0]) is None)  # killed, and reaped: not even a zombie is left
