@@ -11,6 +11,8 @@ unless ``ignore_default_excludes``, drop ``exclude`` globs, keep only
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
 
@@ -36,8 +38,13 @@ USER_DEFAULT = EnvironmentPolicy(inherit="all", ignore_default_excludes=True)
 
 
 def _matches(name: str, patterns: tuple[str, ...]) -> bool:
-    upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, p.upper()) for p in patterns)
+    return _glob(patterns).match(name.upper()) is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _glob(patterns: tuple[str, ...]) -> "re.Pattern[str]":
+    """One compiled regex for a tuple of case-insensitive globs (every variable is tested on every open)."""
+    return re.compile("|".join(fnmatch.translate(p.upper()) for p in patterns) or "(?!)")
 
 
 def inherited(policy: EnvironmentPolicy, source: Mapping[str, str]) -> dict[str, str]:
