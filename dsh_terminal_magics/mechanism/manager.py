@@ -30,6 +30,7 @@ from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
 from .process_tree import SESSION_TOKEN_ENV, end_trees
+from .pty_child import spawn_off_loop
 from ..asciicast import open_recording
 from .sandbox import Sandbox
 from .send import SendOperation, SendRequest, SendResult
@@ -119,12 +120,20 @@ class SessionManager:
         Watchdog.ensure(_PROCESS_TOKEN)
         token = f"{_PROCESS_TOKEN}.{secrets.token_hex(8)}"  # unrelated to the session id
         env = session_environment(environment, os.environ, {**BASE_ENV, **spec.env}, {SESSION_TOKEN_ENV: token})
-        session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
-                          cwd=where, env=env, token=token, options=options or self.options,
-                          loop=self.loop_thread.loop, sandbox=sandbox)
+        options = options or self.options
+        argv, pass_fds = sandbox.wrap(spec.argv, where)
+        # The fork and exec start now, in a spawner thread; the session's own state is built meanwhile.
+        spawning = spawn_off_loop(self.loop_thread.loop, argv, where, env, options.rows, options.cols, tuple(pass_fds))
+        try:
+            session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
+                              cwd=where, env=env, token=token, options=options,
+                              loop=self.loop_thread.loop, sandbox=sandbox)
+        except BaseException:
+            spawning.cancel()  # the process it starts is killed and reaped
+            raise
         self._sessions[session_id] = session  # counted by the caps from now on: opens overlap
         try:
-            await session.open()
+            await session.open(spawning)
             await session.wait_started()
             if session.closing is not None:
                 raise TerminalError("the session was closed while it started (its manager was shut down, or its "

@@ -278,16 +278,29 @@ def send_signal(ident: ProcessId, sig: int) -> bool:
     return True
 
 
+_LIBC: "ctypes.CDLL | None" = None
+
+
 def make_leader_preexec(parent_pid: int):  # type: ignore[no-untyped-def]
-    """A ``preexec_fn`` for the session leader: become a child subreaper, die with our process."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    """A ``preexec_fn`` for the session leader: become a child subreaper, die with our process.
+
+    Everything that can be decided before the fork is: the child, a copy of this whole process, pays a page
+    fault for each page it writes, so it does as little Python as it can.  Handlers are reset by the exec
+    itself; only signals this process ignores stay ignored across it, so only those are set back.
+    """
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    prctl = _LIBC.prctl
+    ignored = [sig for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
+               if signal.getsignal(sig) == signal.SIG_IGN]
 
     def preexec() -> None:
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent_pid:  # parent died before prctl took effect
             os._exit(1)
-        for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        for sig in ignored:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
 

@@ -22,7 +22,7 @@ from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
 from .process_tree import TreeToEnd, descendants, process_table, read_proc, scan_group
-from .pty_child import PtyChild, spawn_off_loop
+from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
@@ -136,15 +136,13 @@ class Session:
                            self.options.rows, self.options.cols)
 
     # -- lifecycle -----------------------------------------------------------------------
-    async def open(self) -> None:
-        """Start the backend process on a new PTY (the fork and exec run in a spawner thread).
+    async def open(self, spawning: "asyncio.Future[PtyProcess]") -> None:
+        """Take the backend process ``spawning`` starts on a new PTY (:func:`.pty_child.spawn_off_loop`: the
+        fork and exec run in a spawner thread) once it has started.
 
         Once this returns or raises, a process that was started is the session's to end, even when the
         awaiting task was cancelled meanwhile (the spawn is waited out first).
         """
-        argv, pass_fds = self.sandbox.wrap(self.spec.argv, self.cwd)
-        spawning = spawn_off_loop(self.loop, argv, self.cwd, self.env, self.options.rows, self.options.cols,
-                                  tuple(pass_fds))
         self._spawned = self.loop.create_future()
         try:
             try:

@@ -11,6 +11,7 @@ import pytest
 from dsh_terminal_magics.errors import SessionLimitError
 from dsh_terminal_magics.mechanism import SendRequest, SessionManager
 from dsh_terminal_magics.mechanism import pty_child
+from tests.conftest import wait_for
 
 
 def kept_proc_files(pid: int) -> list[str]:
@@ -70,31 +71,41 @@ def test_concurrent_opens_with_one_name_give_one_session(agent, manager):
 
 @pytest.mark.parametrize("when", ["cancel the opener", "shut the manager down"])
 def test_a_spawn_in_flight_is_ended_when_its_open_is_abandoned(agent, when):
-    """The no_leaks fixture fails this test if the process spawned meanwhile survives."""
+    """The spawn is held after it started the process until the opener was cancelled (or the manager told to
+    shut down), so the open cannot finish first.  The no_leaks fixture fails this test if the process
+    survives."""
     manager = SessionManager()
-    spawned = threading.Event()
+    spawned, release = threading.Event(), threading.Event()
     real = pty_child.spawn
 
-    def slow_spawn(*args):
+    def held_spawn(*args):
         proc = real(*args)
         spawned.set()
+        release.wait(30)
         return proc
 
-    pty_child.spawn = slow_spawn  # type: ignore[assignment]
+    pty_child.spawn = held_spawn  # type: ignore[assignment]
     try:
         async def abandon() -> object:
             opening = asyncio.ensure_future(manager.aio.open(agent, "shell"))
             while not spawned.is_set():
-                await asyncio.sleep(0)  # the spawn has started the process; the open has not returned yet
+                await asyncio.sleep(0.001)  # the process exists; the open is still waiting for it
             if when == "cancel the opener":
                 opening.cancel()
+                await asyncio.sleep(0.01)
+                release.set()
             else:
-                await manager.aio.shutdown()
+                shutting = asyncio.ensure_future(manager.aio.shutdown())
+                await asyncio.sleep(0.05)  # the shutdown is waiting for the spawn in flight
+                release.set()
+                await shutting
             return (await asyncio.gather(opening, return_exceptions=True))[0]
 
         outcome = asyncio.run(abandon())
         assert isinstance(outcome, BaseException), outcome
+        wait_for(lambda: manager.sync.list(agent) == [])  # a cancelled opener's close goes on without it
     finally:
+        release.set()
         pty_child.spawn = real  # type: ignore[assignment]
         manager.sync.shutdown()
 
@@ -136,7 +147,6 @@ def test_a_program_that_replaced_the_shell_is_read_afresh(manager, agent):
 
 def test_a_spawn_nobody_takes_is_killed_and_reaped(manager, monkeypatch):
     from dsh_terminal_magics.mechanism.process_tree import read_stat
-    from tests.conftest import wait_for
 
     pids: list[int] = []
     real = pty_child.spawn
