@@ -79,14 +79,15 @@ def parse_stat(raw: bytes, pid: int) -> ProcessStat:
     return ProcessStat(pid, chr(rest[0][0]), int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), int(rest[17]))
 
 
-def read_proc(path: str) -> bytes | None:
-    """The contents of a small ``/proc`` file, or ``None`` (raw fd calls: this is on the hot path)."""
+def read_proc(path: str, size: int = 65536, offset: int = 0) -> bytes | None:
+    """Up to ``size`` bytes of a small ``/proc`` file from ``offset``, or ``None`` (raw fd calls: this is on the
+    hot path)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        return os.read(fd, 65536)
+        return os.pread(fd, size, offset)
     except OSError:
         return None
     finally:
@@ -129,10 +130,10 @@ class ProcFiles:
     program's (a shell or REPL at its prompt); opening each costs three
     syscalls (10 us here), re-reading an open one costs one (2 us).  Only the
     files of the process given (:meth:`keep_files_of`) are kept: a command's
-    processes come and go.  An fd of ``/proc/PID/...`` stays bound to that process (``mem`` to
-    its memory image), so a read of a process that exited (or exec'd, for
-    ``mem``) fails; then the path is opened afresh once, which reads whatever
-    has that pid now - the same answer as reading by path.  At most ``limit``
+    processes come and go.  An fd of ``/proc/PID/...`` stays bound to that
+    process (``mem`` to its memory image), so a read of a process that exited
+    (or exec'd, for ``mem``) fails; then the path is opened afresh once, which
+    reads whatever has that pid now - the same answer as reading by path.  At most ``limit``
     files per instance and :data:`PROC_FILES_BUDGET` in the whole process stay
     open (past those, files are read by path); :meth:`close` closes them all.
     """
@@ -184,24 +185,20 @@ class ProcFiles:
 
     def _open_and_read(self, path: str, size: int, offset: int) -> bytes | None:
         global _proc_files_open
+        if not (path.startswith(self._prefix) and len(self._fds) < self.limit
+                and _proc_files_open < _proc_files_budget()):
+            return read_proc(path, size, offset)
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return None
-        keep = path.startswith(self._prefix) and len(self._fds) < self.limit \
-            and _proc_files_open < _proc_files_budget()
-        if keep:
-            self._fds[path] = fd
-            _proc_files_open += 1
+        self._fds[path] = fd
+        _proc_files_open += 1
         try:
             return os.pread(fd, size, offset)
         except OSError:
-            if keep:
-                self._forget(path)
+            self._forget(path)
             return None
-        finally:
-            if not keep:
-                os.close(fd)
 
     def _forget(self, path: str) -> None:
         global _proc_files_open

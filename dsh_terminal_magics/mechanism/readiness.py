@@ -135,8 +135,7 @@ class ReadinessProbe:
         if not self.available or pgid <= 0:
             return fence
         ready = self._ready_sample
-        if ready is not None and ready[0] == pgid and ready[1] \
-                and all(self._schedstat(pid, tid) == stat for (pid, tid), stat in ready[1].items()):
+        if ready is not None and ready[0] == pgid and self._none_ran_since(ready[1]):
             fence.schedstat = dict(ready[1])
             return fence
         self._tasks = {}
@@ -198,9 +197,12 @@ class ReadinessProbe:
         running, which is why callers still check in full now and then.
         """
         last = self._last_sample
-        if last is None or not last[1] or self.foreground_pgid() != last[0]:
-            return False
-        return all(self._schedstat(pid, tid) == stat for (pid, tid), stat in last[1].items())
+        return last is not None and bool(last[1]) and self.foreground_pgid() == last[0] \
+            and self._none_ran_since(last[1])
+
+    def _none_ran_since(self, sample: dict[tuple[int, int], bytes]) -> bool:
+        """Whether a non-empty sample's threads all still show the scheduler stats it recorded."""
+        return bool(sample) and all(self._schedstat(pid, tid) == stat for (pid, tid), stat in sample.items())
 
     def still_running(self) -> bool:
         """Whether the thread the last check found running is still not blocked (one small read).
