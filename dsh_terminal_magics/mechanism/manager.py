@@ -327,7 +327,7 @@ async def close_sessions(sessions: builtins.list[Session]) -> None:
         await end_trees(trees, grace)
     for session in sessions:
         op = session.operation
-        if op is not None and op.task is not None:
+        if op is not None and not op.done:
             try:
                 await asyncio.wait_for(asyncio.shield(op.future), timeout=5)
             except Exception:

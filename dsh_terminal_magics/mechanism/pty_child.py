@@ -113,14 +113,17 @@ class PtyChild:
     """One backend process on a new PTY (spawned by :func:`spawn`).
 
     ``on_output(data)`` receives every chunk read from the master;
-    ``on_change()`` is called when the leader exits or a watched process exits.
+    ``on_change()`` is called when the leader exits or a watched process exits;
+    ``after_read()`` is called after output the loop's reader callback read (not
+    after :meth:`drain`): the moment a send waiting on output may look at once.
     """
 
     def __init__(self, proc: PtyProcess, loop: asyncio.AbstractEventLoop, on_output: Callable[[bytes], None],
-                 on_change: Callable[[], None]) -> None:
+                 on_change: Callable[[], None], after_read: Callable[[], None] = lambda: None) -> None:
         self.loop = loop
         self._on_output = on_output
         self._on_change = on_change
+        self._after_read = after_read
         self._proc = proc
         self.pid: int = proc.pid
         self.master_fd: int = proc.fd
@@ -150,6 +153,11 @@ class PtyChild:
 
     # -- output ---------------------------------------------------------------------
     def _on_readable(self) -> None:
+        if self._read_available():
+            self._after_read()
+
+    def _read_available(self) -> bool:
+        """Read what is waiting (up to 32 reads) and pass it on; whether there was any."""
         chunks = []
         for _ in range(32):
             try:
@@ -165,11 +173,12 @@ class PtyChild:
             chunks.append(data)
         if chunks:
             self._on_output(b"".join(chunks))
+        return bool(chunks)
 
     def drain(self) -> None:
         """Read whatever output is waiting now."""
         if not self.closed:
-            self._on_readable()
+            self._read_available()
 
     # -- input ----------------------------------------------------------------------
     def write_now(self, data: bytes) -> int:

@@ -200,6 +200,11 @@ class ReadinessProbe:
         return last is not None and bool(last[1]) and self.foreground_pgid() == last[0] \
             and self._none_ran_since(last[1])
 
+    def nothing_ran_since(self, fence: Fence) -> bool:
+        """Whether no thread of ``fence``'s sample has run since it was taken: input written after it is
+        still unread, so no wait can be fresh yet."""
+        return self._none_ran_since(fence.schedstat)
+
     def _none_ran_since(self, sample: dict[tuple[int, int], bytes]) -> bool:
         """Whether a non-empty sample's threads all still show the scheduler stats it recorded."""
         return bool(sample) and all(self._schedstat(pid, tid) == stat for (pid, tid), stat in sample.items())
@@ -383,6 +388,8 @@ class ReadinessProbe:
         before = self._schedstat(pid, tid)
         if before is None:
             return None
+        if self._last_sample is not None:  # every thread looked at is in the sample, whatever its verdict:
+            self._last_sample[1][(pid, tid)] = before  # "nothing ran since" must see this one run next
         stat = self._take_leader_stat(pid, tid) or self._stat(pid, tid)
         if stat is None:
             return None

@@ -141,7 +141,17 @@ class SendOperation:
         self._cursor = self.start_line
         self._timed_wait: tuple[float, int] | None = None
         self.fence = Fence()
+        #: Writes the rest of a text larger than the PTY takes at once (None otherwise).
         self.task: asyncio.Task[None] | None = None
+        # The wait's state (see _step): the next step's handle, and whether it is a sleep a wake may cut short.
+        self._timer: asyncio.Handle | None = None
+        self._sleeping = False
+        self._slept_from: float | None = None
+        self._written_at = self._event_at = self._checked_at = self._burst_until = 0.0
+        self._partial_from = -1
+        self._activity = (0, 0)
+        #: Checks right after output (none at the start: the program has yet to run); whether one ran yet.
+        self._spins, self._tick, self._quiet_tick, self._checked = 0, MIN_TICK, False, False
         self._done_callbacks: list[Callable[["asyncio.Future[SendResult]"], object]] = []
 
     @property
@@ -186,83 +196,148 @@ class SendOperation:
 
     # -- the send, on the loop -----------------------------------------------------------
     def start(self, fence: Fence) -> None:
-        """Write the first piece now (so the program starts working before any task runs), then wait.
+        """Write the first piece now (so the program starts working at once), then wait.
 
         ``fence`` was taken just before; the session replaces it (:attr:`fence`) whenever it writes
-        the program more input of its own (answers to terminal queries).
+        the program more input of its own (answers to terminal queries).  The wait is driven by
+        callbacks, not a task: :meth:`wake` (output, an exit, a cancel) and its own timer each run one
+        :meth:`_step`; only the rest of a text larger than the PTY takes at once is written by a task.
         """
         self.fence = fence
-        written = self.session.write_now(self.payload[:4096]) if self.payload else 0
-        self.task = self.session.loop.create_task(self._run(self.payload[written:]))
+        session = self.session
+        written = session.write_now(self.payload[:4096]) if self.payload else 0
+        rest = self.payload[written:]
+        if rest:
+            self.task = session.loop.create_task(self._write_rest(rest))
+        else:
+            self._begin_wait()
 
-    async def _run(self, rest: bytes) -> None:
+    async def _write_rest(self, rest: bytes) -> None:
         try:
-            result = await self._write_and_wait(rest)
+            written = await self.session.write_all(rest, self.deadline)
         except BaseException as exc:  # the reservation must never leak
-            self.session.release(self, None)
-            if not self.future.done():
-                self.future.set_exception(exc if isinstance(exc, Exception) else TerminalError("send cancelled"))
-            self._finish()
+            self._fail(exc)
             if not isinstance(exc, Exception):
                 raise
             return
+        if written:
+            self._begin_wait()
+        else:
+            self._complete("session_exit" if not self.session.running else "timeout")
+
+    def _begin_wait(self) -> None:
+        session = self.session
+        self._written_at = self._event_at = self._checked_at = time.monotonic()
+        self._partial_from = session.scrollback.chars_written if self.payload and not self.request.submit else -1
+        self._activity = session.activity()
+        self._timer = session.loop.call_soon(self._step)
+
+    def wake(self) -> None:
+        """Something happened (output, an exit, a cancel, the session closing): step at the next turn."""
+        timer = self._timer
+        if timer is not None and self._sleeping:
+            timer.cancel()
+            self._sleeping = False
+            self._timer = self.session.loop.call_soon(self._step)
+
+    def step_now(self) -> None:
+        """Run the next step now, from a loop callback, instead of at the next turn (output just arrived)."""
+        if self._timer is not None and not self._sleeping:  # a wake already asked for it
+            self._timer.cancel()
+            self._step()
+
+    def _step(self) -> None:
+        self._timer = None
+        if self.future.done():
+            return
+        try:
+            reason = self._advance()
+            if reason is not None:
+                self._complete(reason)
+        except BaseException as exc:  # the reservation must never leak
+            self._fail(exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    def _advance(self) -> WaitReason | None:
+        """One look: the reason the wait ends now, or None with the next step scheduled."""
+        session = self.session
+        now = time.monotonic()
+        if self._slept_from is not None:
+            self._after_sleep(now, self._slept_from)
+        if not session.running:
+            return "session_exit"
+        if not self._may_skip_check(self._quiet_tick, now - self._checked_at):
+            self._checked_at, self._checked = now, True
+            if self._ready(self.fence, self._partial_from) and self._nothing_asked_since():
+                return "stdin_read"
+        if self.cancel_requested:
+            if now - self.interrupted_at > INTERRUPT_GRACE:
+                return "timeout"
+            if session.foreground_pgid() not in (0, session.pid) and now - self.last_interrupt > 0.1:
+                # Input still queued at the first SIGINT may have started a job since: stop it too.
+                self.last_interrupt = now
+                session.interrupt_foreground()
+        idle_at = max(session.last_output, self._written_at) + self.request.idle
+        if now >= self.deadline:
+            return "timeout"
+        if now >= idle_at and not self.cancel_requested:
+            return "inferred_idle"
+        self._sleep(now, idle_at)
+        return None
+
+    def _sleep(self, now: float, idle_at: float) -> None:
+        """Schedule the next step: at the next turn while looking closely, else after the tick."""
+        loop = self.session.loop
+        self._slept_from = now
+        if self._spins > 0 or now < self._burst_until:
+            self._spins -= 1
+            self._timer, self._sleeping = loop.call_soon(self._step), True
+            return
+        self.session.watch_foreground_exits()
+        delay = min(self._tick, self._busy_tick(now - self._event_at), self.deadline - now,
+                    max(idle_at - now, 0.0005))
+        wakes = self._sleep_ends(now) if self._tick >= SLEEP_WATCH_TICK else None
+        if wakes is not None and wakes - now < delay:  # the program's sleep ends first: be there,
+            # look closely for a moment, then tick from the start again
+            delay, self._burst_until, self._tick = max(wakes - now, 0.0), wakes + SLEEP_BURST, MIN_TICK / 2
+            self._event_at = wakes
+        self._timer, self._sleeping = loop.call_later(max(delay, 0.0), self._step), True
+        self._tick = min(self._tick * 2, MAX_TICK)
+
+    def _after_sleep(self, now: float, slept_from: float) -> None:
+        """What changed while asleep: output or a foreground exit means looking closely again."""
+        session = self.session
+        self._sleeping = False
+        activity = session.activity()
+        self._quiet_tick = self._tick >= MAX_TICK and activity == self._activity \
+            and slept_from >= self._burst_until
+        if activity != self._activity:
+            if activity[1] != self._activity[1]:  # the next program starts within milliseconds
+                self._burst_until = now + EXIT_BURST
+            self._activity, self._event_at = activity, now
+            self._spins, self._tick = SPIN_CHECKS, MIN_TICK
+
+    def _complete(self, reason: WaitReason) -> None:
+        self._stop_waiting()
+        result = self._result(reason)
         self.session.release(self, result)
         self.future.set_result(result)
         self._finish()
 
-    async def _write_and_wait(self, rest: bytes) -> SendResult:
-        session = self.session
-        if not await session.write_all(rest, self.deadline):
-            return self._result("session_exit" if not session.running else "timeout")
-        written_at = event_at = time.monotonic()
-        partial_from = session.scrollback.chars_written if self.payload and not self.request.submit else -1
-        spins, tick, burst_until = SPIN_CHECKS, MIN_TICK, 0.0
-        activity = session.activity()
-        quiet_tick, checked_at = False, 0.0
-        try:
-            while True:
-                if not session.running:
-                    return self._result("session_exit")
-                now = time.monotonic()
-                if not self._may_skip_check(quiet_tick, now - checked_at):
-                    checked_at = now
-                    if self._ready(self.fence, partial_from) and self._nothing_asked_since():
-                        return self._result("stdin_read")
-                if self.cancel_requested:
-                    if now - self.interrupted_at > INTERRUPT_GRACE:
-                        return self._result("timeout")
-                    if session.foreground_pgid() not in (0, session.pid) and now - self.last_interrupt > 0.1:
-                        # Input still queued at the first SIGINT may have started a job since: stop it too.
-                        self.last_interrupt = now
-                        session.interrupt_foreground()
-                idle_at = max(session.last_output, written_at) + self.request.idle
-                if now >= self.deadline:
-                    return self._result("timeout")
-                if now >= idle_at and not self.cancel_requested:
-                    return self._result("inferred_idle")
-                if spins > 0 or now < burst_until:
-                    spins -= 1
-                    await session.sleep_until_output(0)
-                else:
-                    session.watch_foreground_exits()
-                    delay = min(tick, self._busy_tick(now - event_at), self.deadline - now,
-                                max(idle_at - now, 0.0005))
-                    wakes = self._sleep_ends(now) if tick >= SLEEP_WATCH_TICK else None
-                    if wakes is not None and wakes - now < delay:  # the program's sleep ends first: be there,
-                        # look closely for a moment, then tick from the start again
-                        delay, burst_until, tick = max(wakes - now, 0.0), wakes + SLEEP_BURST, MIN_TICK / 2
-                        event_at = wakes
-                    await session.sleep_until_output(delay)
-                    tick = min(tick * 2, MAX_TICK)
-                quiet_tick = tick >= MAX_TICK and session.activity() == activity and now >= burst_until
-                if session.activity() != activity:  # output, or a foreground process exited: look closely
-                    if session.activity()[1] != activity[1]:  # the next program starts within milliseconds
-                        burst_until = time.monotonic() + EXIT_BURST
-                    activity, event_at = session.activity(), time.monotonic()
-                    spins, tick = SPIN_CHECKS, MIN_TICK
-        finally:
-            _BUSY_SENDS.discard(self)
-            session.stop_watching_exits()
+    def _fail(self, exc: BaseException) -> None:
+        self._stop_waiting()
+        self.session.release(self, None)
+        if not self.future.done():
+            self.future.set_exception(exc if isinstance(exc, Exception) else TerminalError("send cancelled"))
+        self._finish()
+
+    def _stop_waiting(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        _BUSY_SENDS.discard(self)
+        self.session.stop_watching_exits()
 
     def _sleep_ends(self, now: float) -> float | None:
         probe = self.session.probe
@@ -279,13 +354,24 @@ class SendOperation:
         return math.floor(tick * 1000) / 1000  # whole milliseconds: asyncio's epoll rounds 1.04 ms up to 2
 
     def _may_skip_check(self, quiet_tick: bool, since_full_check: float) -> bool:
-        """The last check said "not waiting" and still stands: the thread it found running still runs, or
-        (on a quiet tick) nothing it looked at has run since."""
+        """The answer "not waiting" still stands without a full check (one small read per thread).
+
+        It does while the thread the last check found running still runs.  After input of ours (a whole
+        line, not a look at a stale wait), it also does while nothing has run since the last check - or,
+        before this send's first check, since the fence: our input is still unread.  Otherwise only on a
+        quiet tick.  A full check still runs at least every :data:`FULL_CHECK_EVERY` seconds.
+        """
         probe = self.session.probe
         if since_full_check >= FULL_CHECK_EVERY or self._timed_wait is not None or probe is None \
                 or not probe.available:
             return False
-        return probe.still_running() or (quiet_tick and probe.unchanged_since_last_check())
+        if probe.still_running():
+            return True
+        if self._partial_from >= 0 or self.fence.accept_stale:  # a stale wait may count: it needs no run
+            return quiet_tick and probe.unchanged_since_last_check()
+        if not self._checked:
+            return probe.nothing_ran_since(self.fence)
+        return probe.unchanged_since_last_check()
 
     def _ready(self, fence: Fence, partial_from: int) -> bool:
         """Is the program waiting for input?  ``partial_from``: output count at the write of

@@ -102,7 +102,6 @@ class Session:
         self.probe: ReadinessProbe | None = None
         #: Set while (and after) the session is being closed; resolves when it is gone.
         self.closing: asyncio.Future[None] | None = None
-        self._wakeup: asyncio.Future[None] | None = None
         self.child: PtyChild | None = None
         #: Resolves once a spawn in progress has finished (see :meth:`open`).
         self._spawned: asyncio.Future[None] | None = None
@@ -162,7 +161,7 @@ class Session:
             await asyncio.shield(self._spawned)
 
     def _adopt(self, proc: PtyProcess) -> None:
-        self.child = PtyChild(proc, self.loop, self._ingest, self._child_changed)
+        self.child = PtyChild(proc, self.loop, self._ingest, self._child_changed, self._output_read)
         self.probe = ReadinessProbe(self.child.master_fd, self.child.slave_fd, self.child.tty_path, self.child.pid)
         self.status = "running"
 
@@ -278,19 +277,15 @@ class Session:
         if self.screen.after_chunk(events) and op is not None:
             op.left_full_screen = True
 
-    def wake(self) -> None:
-        if self._wakeup is not None and not self._wakeup.done():
-            self._wakeup.set_result(None)
+    def _output_read(self) -> None:
+        """The loop read output: the send in progress looks now, in this turn (not one turn later)."""
+        if self.operation is not None:
+            self.operation.step_now()
 
-    async def sleep_until_output(self, delay: float) -> None:
-        """Sleep ``delay`` seconds, or less when output (or any state change) wakes the session."""
-        self._wakeup = self.loop.create_future()
-        handle = self.loop.call_later(max(delay, 0.0), self.wake)
-        try:
-            await self._wakeup
-        finally:
-            handle.cancel()
-            self._wakeup = None
+    def wake(self) -> None:
+        """Output arrived or the session's state changed: the send in progress looks again."""
+        if self.operation is not None:
+            self.operation.wake()
 
     # -- input --------------------------------------------------------------------------------
     def write_now(self, data: bytes) -> int:
