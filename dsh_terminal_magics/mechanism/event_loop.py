@@ -9,6 +9,7 @@ in terminal IPython where no loop runs between prompts.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import threading
 from typing import Any, Callable, Coroutine, Generic, Protocol, TypeVar
@@ -99,6 +100,9 @@ class EventLoopThread:
 
     def __init__(self, name: str = "dsh-terminal-loop") -> None:
         self.loop = asyncio.new_event_loop()
+        #: Calls handed in by other threads (see :meth:`_hand_in`); the loop runs them in order.
+        self._inbox: collections.deque[Callable[[], None]] = collections.deque()
+        self._inbox_armed = False
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
         self.thread.start()
@@ -116,6 +120,34 @@ class EventLoopThread:
         asyncio.set_event_loop(self.loop)
         self.loop.call_soon(started.set)
         self.loop.run_forever()
+
+    def _hand_in(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the loop soon (from any thread).
+
+        ``call_soon_threadsafe`` writes to the loop's wake-up socket on every call; here only the first call
+        since the loop last emptied the inbox does, so while the loop is busy (many agents sending at once)
+        handing in costs an append.  The GIL orders the flag and the deque: a call appended after the loop
+        cleared the flag finds it clear and wakes the loop itself.
+        """
+        self._inbox.append(fn)
+        if not self._inbox_armed:
+            self._inbox_armed = True
+            try:
+                self.loop.call_soon_threadsafe(self._empty_inbox)
+            except BaseException:  # the loop is closed: the next caller must not wait on a dead inbox
+                self._inbox_armed = False
+                self._inbox.clear()
+                raise
+
+    def _empty_inbox(self) -> None:
+        self._inbox_armed = False
+        inbox = self._inbox
+        while inbox:
+            try:
+                inbox.popleft()()
+            except Exception as exc:  # each call hands its own errors to its caller: this is a bug
+                self.loop.call_exception_handler({"message": "a call handed to the terminal loop failed",
+                                                  "exception": exc})
 
     def _check_alive(self) -> None:
         if not self.thread.is_alive():
@@ -175,7 +207,7 @@ class EventLoopThread:
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Call a plain function on the loop thread and return its result.
 
-        One ``call_soon_threadsafe`` hop, no task: the cheapest way in.
+        One hop through the inbox (:meth:`_hand_in`), no task: the cheapest way in.
         """
         if self.in_loop_thread():
             return fn(*args)
@@ -188,7 +220,7 @@ class EventLoopThread:
             except BaseException as exc:
                 result.set_exception(exc)
 
-        self.loop.call_soon_threadsafe(invoke)
+        self._hand_in(invoke)
         return result.result()
 
     def call_and_wait(self, start: Callable[[], "Completion[T]"],
@@ -219,7 +251,7 @@ class EventLoopThread:
             except BaseException as exc:
                 result.set_exception(exc)
 
-        self.loop.call_soon_threadsafe(invoke)
+        self._hand_in(invoke)
         try:
             return result.result()
         except KeyboardInterrupt:

@@ -54,26 +54,30 @@ class ScreenTracker:
         """True while a full-screen program owns the terminal (alternate screen or cursor addressing)."""
         return self.alternate or self.drawing_group is not None
 
-    def split_chunk(self, data: bytes, foreground: int, shell_pid: int | None) -> int:
+    def split_chunk(self, data: bytes, foreground: Callable[[], int], shell_pid: int | None) -> int:
         """How much of ``data`` (from its start) is a cursor-addressing program's drawing.
 
         0: all of it is main-screen text; ``len(data)``: all of it is drawing; in
         between: the program left inside this chunk - its drawing ends with its
-        last cursor/keypad restore sequence, and what follows is text again.
+        last cursor/keypad restore sequence, and what follows is text again.  ``foreground()`` gives the
+        terminal's foreground group; it is asked only when the answer depends on it (a system call).
         """
         if self.drawing_group is not None:
-            if not self._drawing_program_left(foreground):
+            if not self._drawing_program_left(foreground()):
                 return len(data)
             self._stop_drawing()
             return _last_restore_end(data)
         if self.alternate or self._normalizer.alternate or b"\x1b[" not in data or _SCREEN_SWITCH.search(data) \
-                or not _CURSOR_ADDRESSING.search(data) or foreground <= 0 or foreground == shell_pid:
+                or not _CURSOR_ADDRESSING.search(data):
             return 0
-        members = self._group_members(foreground)  # (pid, still running) pairs, zombies included
-        drawers = {pid for pid, _ in members if pid != foreground} or {pid for pid, _ in members}
+        group = foreground()
+        if group <= 0 or group == shell_pid:
+            return 0
+        members = self._group_members(group)  # (pid, still running) pairs, zombies included
+        drawers = {pid for pid, _ in members if pid != group} or {pid for pid, _ in members}
         if not any(running for pid, running in members if pid in drawers):
             return _last_restore_end(data) or len(data)  # it has already left: its drawing is all in here
-        self.drawing_group = foreground
+        self.drawing_group = group
         self._drawers = drawers
         return len(data)
 
@@ -94,9 +98,9 @@ class ScreenTracker:
             self.application_cursor = events.application_cursor
         return left
 
-    def check_drawer(self, foreground: int) -> None:
+    def check_drawer(self, foreground: Callable[[], int]) -> None:
         """End cursor-addressing drawing once its program has left (group changed, drawers exited)."""
-        if self.drawing_group is not None and self._drawing_program_left(foreground):
+        if self.drawing_group is not None and self._drawing_program_left(foreground()):
             self._stop_drawing()
 
     def _stop_drawing(self) -> None:

@@ -149,7 +149,7 @@ class SendOperation:
         self._slept_from: float | None = None
         self._written_at = self._event_at = self._checked_at = self._burst_until = 0.0
         self._partial_from = -1
-        self._activity = (0, 0)
+        self._activity = self._activity_at_write = (0, 0)
         #: Checks right after output (none at the start: the program has yet to run); whether one ran yet.
         self._spins, self._tick, self._quiet_tick, self._checked = 0, MIN_TICK, False, False
         self._done_callbacks: list[Callable[["asyncio.Future[SendResult]"], object]] = []
@@ -195,17 +195,16 @@ class SendOperation:
         return text
 
     # -- the send, on the loop -----------------------------------------------------------
-    def start(self, fence: Fence) -> None:
-        """Write the first piece now (so the program starts working at once), then wait.
+    def start(self, fence: Fence, written: int) -> None:
+        """Write the rest of the payload (its first ``written`` bytes are in), then wait.
 
-        ``fence`` was taken just before; the session replaces it (:attr:`fence`) whenever it writes
-        the program more input of its own (answers to terminal queries).  The wait is driven by
+        ``fence`` was taken just before the first write; the session replaces it (:attr:`fence`) whenever
+        it writes the program more input of its own (answers to terminal queries).  The wait is driven by
         callbacks, not a task: :meth:`wake` (output, an exit, a cancel) and its own timer each run one
         :meth:`_step`; only the rest of a text larger than the PTY takes at once is written by a task.
         """
         self.fence = fence
         session = self.session
-        written = session.write_now(self.payload[:4096]) if self.payload else 0
         rest = self.payload[written:]
         if rest:
             self.task = session.loop.create_task(self._write_rest(rest))
@@ -229,7 +228,7 @@ class SendOperation:
         session = self.session
         self._written_at = self._event_at = self._checked_at = time.monotonic()
         self._partial_from = session.scrollback.chars_written if self.payload and not self.request.submit else -1
-        self._activity = session.activity()
+        self._activity = self._activity_at_write = session.activity()
         self._timer = session.loop.call_soon(self._step)
 
     def wake(self) -> None:
@@ -319,11 +318,11 @@ class SendOperation:
             self._spins, self._tick = SPIN_CHECKS, MIN_TICK
 
     def _complete(self, reason: WaitReason) -> None:
-        self._stop_waiting()
         result = self._result(reason)
-        self.session.release(self, result)
         self.future.set_result(result)
-        self._finish()
+        self._finish()  # the caller has its result now; what follows runs before it can act on the loop
+        self._stop_waiting()
+        self.session.release(self, result)
 
     def _fail(self, exc: BaseException) -> None:
         self._stop_waiting()
@@ -369,8 +368,8 @@ class SendOperation:
             return True
         if self._partial_from >= 0 or self.fence.accept_stale:  # a stale wait may count: it needs no run
             return quiet_tick and probe.unchanged_since_last_check()
-        if not self._checked:
-            return probe.nothing_ran_since(self.fence)
+        if not self._checked:  # (output since means it ran, most likely: then the look would be wasted)
+            return self.session.activity() == self._activity_at_write and probe.nothing_ran_since(self.fence)
         return probe.unchanged_since_last_check()
 
     def _ready(self, fence: Fence, partial_from: int) -> bool:
@@ -416,7 +415,7 @@ class SendOperation:
     def _result(self, reason: WaitReason) -> SendResult:
         session = self.session
         limit = self.request.viewport_bytes
-        session.screen.check_drawer(session.foreground_pgid())
+        session.screen.check_drawer(session.foreground_pgid)
         snapshot = session.screen.snapshot() if session.screen.full_screen else None
         if snapshot is not None:
             viewport, cut = snapshot.text(), False

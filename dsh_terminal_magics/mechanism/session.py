@@ -241,7 +241,7 @@ class Session:
         self.raw.append(data)
         if self.recorder is not None:
             self.recorder.output(data)
-        drawing = self.screen.split_chunk(data, self.foreground_pgid(), self.pid)
+        drawing = self.screen.split_chunk(data, self.foreground_pgid, self.pid)
         replies = self.replies.scan(data, offset)
         if replies:
             if self.operation is not None and self.probe is not None:
@@ -320,11 +320,12 @@ class Session:
         """Take the send reservation now and start writing and waiting; returns the operation."""
         self.check_can_send()
         payload = request.payload(self.screen.application_cursor)  # may refuse bad keys: before any change
-        op = SendOperation(self, request, payload)
+        fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
+        written = self.write_now(payload[:4096]) if payload else 0  # the program starts on it at once
+        op = SendOperation(self, request, payload)  # (its output is read only after this call returns)
         self.reservation = holder
         self.operation = op
-        fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
-        op.start(fence)
+        op.start(fence, written)
         return op
 
     def release(self, op: SendOperation, result: "SendResult | None") -> None:

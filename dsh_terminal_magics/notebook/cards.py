@@ -67,7 +67,7 @@ def _target(call: ToolCall) -> str:
 
 def _terminal_body(call: ToolCall, result: ForegroundSendResult) -> str:
     command = html.escape(str(call.args.get("text", "")))
-    raw = result._raw.decode("utf-8", "replace") if result._raw else result.viewport
+    raw = result.raw_output.decode("utf-8", "replace") if result.raw_output else result.viewport
     screen = ansi_to_html(sanitize_stream(raw))
     exit_code = "-" if result.exit_code is None else result.exit_code
     footer = (f"[wait: {result.wait_reason}] [exit: {exit_code}] [session: {result.session_status}]"

@@ -327,13 +327,13 @@ class TerminalMagics(Magics):
                                   show_prompt=index == 0)
             if not hasattr(res, "wait_reason"):  # a policy supplied the result
                 return TermResult(res, str(self.tools.render(res)))
-            if res._interrupted or res.wait_reason in ("timeout", "session_exit"):
+            if res.interrupted or res.wait_reason in ("timeout", "session_exit"):
                 break
-        text = footer_text(res.wait_reason, res.exit_code, res.session_status, res._interrupted)
+        text = footer_text(res.wait_reason, res.exit_code, res.session_status, res.interrupted)
         if stream.written or res.viewport:
             self._write("\n")
-        if res._screen_text is not None:  # a full-screen program: show what its screen looks like now
-            self._write(res._screen_text + "\n")
+        if res.screen_text is not None:  # a full-screen program: show what its screen looks like now
+            self._write(res.screen_text + "\n")
             text += f" [screen {res.screen.rows}x{res.screen.cols}]"
         return TermResult(res, text, footer_html(text, res.wait_reason))
 

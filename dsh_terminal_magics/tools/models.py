@@ -182,11 +182,24 @@ class ForegroundSendResult(_Result):
     #: Extras beyond the seed, present in the JSON only when they say something.
     bell: Optional[bool] = Field(None, exclude_if=lambda v: v is None)
     screen: Optional[ScreenInfo] = Field(None, exclude_if=lambda v: v is None)
-    #: Raw program output with its colours (for cards and viewers; not part of the seed's JSON).
-    _raw: bytes = PrivateAttr(b"")
-    #: The full-screen program's screen as text, when there was one; whether the send was interrupted.
-    _screen_text: Optional[str] = PrivateAttr(None)
-    _interrupted: bool = PrivateAttr(False)
+    #: Not part of the seed's JSON: (raw output, screen text, interrupted) - see the properties below.
+    #: One private attribute, not three: pydantic sets each one's default on every result.
+    _extras: tuple[bytes, Optional[str], bool] = PrivateAttr((b"", None, False))
+
+    @property
+    def raw_output(self) -> bytes:
+        """The program's raw output during the send, colours included (for cards and viewers)."""
+        return self._extras[0]
+
+    @property
+    def screen_text(self) -> Optional[str]:
+        """The full-screen program's screen as text, when one had the terminal at the end."""
+        return self._extras[1]
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether the send was interrupted (Ctrl-C, a cancelled await)."""
+        return self._extras[2]
 
 
 class BackgroundSendResult(_Result):
