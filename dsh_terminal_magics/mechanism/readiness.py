@@ -58,6 +58,9 @@ _FUTEX_WAIT, _FUTEX_WAIT_BITSET, _FUTEX_CMD_MASK, _FUTEX_CLOCK_REALTIME = 0, 9, 
 MIN_WATCHED_SLEEP = 0.05
 
 
+#: A thread's entry in a check's sample when the look did not find it settled: equal to no read.
+_UNSETTLED = b""
+
 @dataclass
 class Fence:
     """Scheduler stats of the foreground group's threads taken just before a write."""
@@ -384,16 +387,22 @@ class ReadinessProbe:
 
     def _thread_state(self, pid: int, tid: int, fence: Fence) -> str | None:
         """``"tty"`` (fresh read wait on our tty), ``"running"`` (on a CPU, or ran while sampled), ``"busy"``
-        (not waiting for us: a stale wait, or unknown), ``"idle"``, or None (gone)."""
+        (not waiting for us: a stale wait, or unknown), ``"idle"``, or None (gone).
+
+        Every thread looked at goes into the check's sample (see :meth:`unchanged_since_last_check`): with
+        its scheduler stats when the look found it settled, else with :data:`_UNSETTLED`, which no later
+        read equals - a thread found running may block the moment after, with no run left to notice.
+        """
         before = self._schedstat(pid, tid)
         if before is None:
             return None
-        if self._last_sample is not None:  # every thread looked at is in the sample, whatever its verdict:
-            self._last_sample[1][(pid, tid)] = before  # "nothing ran since" must see this one run next
+        sample = self._last_sample[1] if self._last_sample is not None else {}
+        sample[(pid, tid)] = _UNSETTLED
         stat = self._take_leader_stat(pid, tid) or self._stat(pid, tid)
         if stat is None:
             return None
         if stat.gone:
+            sample[(pid, tid)] = before
             return "idle"
         if stat.state not in "St":
             return "running"
@@ -402,10 +411,9 @@ class ReadinessProbe:
             return "busy"
         waits_on_tty = self._waits_on_tty(pid, syscall)
         after = self._schedstat(pid, tid)
-        if self._last_sample is not None and after is not None:
-            self._last_sample[1][(pid, tid)] = after
         if after != before:
             return "running"
+        sample[(pid, tid)] = after
         if waits_on_tty is None:
             return "idle" if stat.state == "t" else "busy"
         if not waits_on_tty:

@@ -343,6 +343,44 @@ def test_still_running_follows_the_thread_the_check_found_on_a_cpu(manager, agen
     assert send(manager, agent, shell, "echo back").wait_reason == "stdin_read"
 
 
+def test_a_thread_that_ran_during_a_check_is_looked_at_again(manager, agent, shell):
+    """A check that sees a thread run while it samples it says "not waiting" - but the thread may have
+    finished and blocked again within that window (a REPL answering ``print(2+2)`` does).  Its sample entry
+    must then equal no later read, or the next looks would skip as "nothing ran since" until the next full
+    check a second later (python round trips took ~1 s now and then).  Here the shell is made to take a
+    line, answer it and block again between the check's two scheduler reads."""
+    import os
+    import time as clock
+
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe, pid = session.probe, session.pid
+
+    def settled_after(stat: str) -> bool:
+        text = open(f"/proc/{pid}/task/{pid}/stat").read()
+        return text[text.rindex(")") + 2] == "S" and open(f"/proc/{pid}/task/{pid}/schedstat").read() != stat
+
+    def check_while_the_shell_answers():
+        original = probe._waits_on_tty
+
+        def answer_inside(looked_at, syscall):
+            ran_before = open(f"/proc/{pid}/task/{pid}/schedstat").read()
+            os.write(session.child.master_fd, b"\r")
+            deadline = clock.monotonic() + 10
+            while not settled_after(ran_before) and clock.monotonic() < deadline:
+                clock.sleep(0.001)
+            return original(looked_at, syscall)
+        probe._waits_on_tty = answer_inside
+        try:
+            verdict = probe.waiting_for_input(probe.fence())
+        finally:
+            del probe._waits_on_tty
+        return verdict, probe.unchanged_since_last_check()
+    verdict, unchanged = manager.loop_thread.call(check_while_the_shell_answers)
+    assert verdict is None  # it ran during the look: not a settled wait
+    assert not unchanged  # ... so the next look is a full one
+    assert manager.loop_thread.call(lambda: probe.waiting_for_input(probe.fence(accept_stale=True))) is not None
+
+
 def test_an_error_inside_the_wait_reaches_the_caller_and_frees_the_session(manager, agent, shell):
     """The wait runs as loop callbacks, not a task: an exception in one of its steps (here the readiness
     check) must still end the send with that error and give back the session's send reservation."""
