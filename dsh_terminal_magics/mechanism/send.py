@@ -11,11 +11,13 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
   send (a full-screen program shutting down, which may flush pending input).
   Then the wait counts only once it outlasts its timeout (at most
   :data:`TIMED_WAIT_SETTLE`) with no new output.
-* **events, then a backed-off tick**: checks run right after output arrives and
-  right after a process of the foreground group exits (a pidfd per member:
-  ``sleep 0.2; cat`` is seen as soon as ``sleep`` ends, not at the next slow
-  tick), then at gaps growing from :data:`MIN_TICK` to :data:`MAX_TICK` - so a
-  long silent command costs a few checks a second.
+* **events, then a backed-off tick**: checks run right after output arrives (in
+  the loop turn that reads it) and right after a process of the foreground
+  group exits (a pidfd per member: ``sleep 0.2; cat`` is seen as soon as
+  ``sleep`` ends, not at the next slow tick), then at gaps growing from
+  :data:`MIN_TICK` to :data:`MAX_TICK` - so a long silent command costs a few
+  checks a second.  A look that cannot change "not waiting" (nothing it would
+  look at has run since) is one small read instead of a check.
 * **the deadline covers everything**, the write of a large text included.
 """
 from __future__ import annotations
