@@ -56,10 +56,9 @@ _CLOCK_REALTIME, _CLOCK_MONOTONIC, _TIMER_ABSTIME = 0, 1, 1
 _FUTEX_WAIT, _FUTEX_WAIT_BITSET, _FUTEX_CMD_MASK, _FUTEX_CLOCK_REALTIME = 0, 9, 0x7F, 0x100
 #: Sleeps shorter than this (seconds, from when first seen) are left to the tick.
 MIN_WATCHED_SLEEP = 0.05
-
-
 #: A thread's entry in a check's sample when the look did not find it settled: equal to no read.
 _UNSETTLED = b""
+
 
 @dataclass
 class Fence:
