@@ -66,6 +66,8 @@ class Fence:
 
     schedstat: dict[tuple[int, int], bytes] = field(default_factory=dict)
     accept_stale: bool = False
+    #: The foreground group they belong to (0: none known).
+    pgid: int = 0
 
 
 class ReadinessProbe:
@@ -136,6 +138,7 @@ class ReadinessProbe:
         pgid = self.foreground_pgid()
         if not self.available or pgid <= 0:
             return fence
+        fence.pgid = pgid
         ready = self._ready_sample
         if ready is not None and ready[0] == pgid and self._none_ran_since(ready[1]):
             fence.schedstat = dict(ready[1])
@@ -203,9 +206,10 @@ class ReadinessProbe:
             and self._none_ran_since(last[1])
 
     def nothing_ran_since(self, fence: Fence) -> bool:
-        """Whether no thread of ``fence``'s sample has run since it was taken: input written after it is
-        still unread, so no wait can be fresh yet."""
-        return self._none_ran_since(fence.schedstat)
+        """Whether no thread of ``fence``'s sample has run since it was taken and its group still has the
+        terminal: input written after it is still unread, so no wait can be fresh yet.  (A process of
+        another group can take the terminal without any of them running: one that ignores ``SIGTTOU``.)"""
+        return fence.pgid > 0 and self.foreground_pgid() == fence.pgid and self._none_ran_since(fence.schedstat)
 
     def _none_ran_since(self, sample: dict[tuple[int, int], bytes]) -> bool:
         """Whether a non-empty sample's threads all still show the scheduler stats it recorded."""

@@ -381,6 +381,26 @@ def test_a_thread_that_ran_during_a_check_is_looked_at_again(manager, agent, she
     assert manager.loop_thread.call(lambda: probe.waiting_for_input(probe.fence(accept_stale=True))) is not None
 
 
+def test_input_counts_as_unread_only_while_the_fence_group_has_the_terminal(manager, agent, shell, tmp_path):
+    """Before a send's first full check, a look is skipped while no thread sampled by the fence (taken just
+    before the write) has run: our input is still unread.  That holds only while the fence's group has the
+    terminal - a background process that ignores ``SIGTTOU`` can take it without any of them running, and
+    then it is the one that reads.  On the old code the shell's unchanged stats still said "unread"."""
+    from tests.conftest import wait_for
+    go = tmp_path / "go"
+    code = ("import os, signal, time\nsignal.signal(signal.SIGTTOU, signal.SIG_IGN)\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+            "os.tcsetpgrp(0, os.getpgrp())\ninput('bg> ')")
+    assert send(manager, agent, shell, f"{sys.executable} -c \"{code}\" &").wait_reason == "stdin_read"
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe = session.probe
+    fence = manager.loop_thread.call(probe.fence)
+    assert manager.loop_thread.call(probe.nothing_ran_since, fence)  # the shell has not run since
+    go.touch()
+    wait_for(lambda: manager.loop_thread.call(probe.foreground_pgid) not in (0, session.pid), timeout=10)
+    assert not manager.loop_thread.call(probe.nothing_ran_since, fence)
+
+
 def test_an_error_inside_the_wait_reaches_the_caller_and_frees_the_session(manager, agent, shell):
     """The wait runs as loop callbacks, not a task: an exception in one of its steps (here the readiness
     check) must still end the send with that error and give back the session's send reservation."""
