@@ -202,14 +202,17 @@ class ReadinessProbe:
         running, which is why callers still check in full now and then.
         """
         last = self._last_sample
-        return last is not None and bool(last[1]) and self.foreground_pgid() == last[0] \
-            and self._none_ran_since(last[1])
+        return last is not None and self._group_unchanged(*last)
 
     def nothing_ran_since(self, fence: Fence) -> bool:
         """Whether no thread of ``fence``'s sample has run since it was taken and its group still has the
         terminal: input written after it is still unread, so no wait can be fresh yet.  (A process of
         another group can take the terminal without any of them running: one that ignores ``SIGTTOU``.)"""
-        return fence.pgid > 0 and self.foreground_pgid() == fence.pgid and self._none_ran_since(fence.schedstat)
+        return self._group_unchanged(fence.pgid, fence.schedstat)
+
+    def _group_unchanged(self, pgid: int, sample: dict[tuple[int, int], bytes]) -> bool:
+        """Whether group ``pgid`` still has the terminal and no thread of ``sample`` has run since."""
+        return pgid > 0 and bool(sample) and self.foreground_pgid() == pgid and self._none_ran_since(sample)
 
     def _none_ran_since(self, sample: dict[tuple[int, int], bytes]) -> bool:
         """Whether a non-empty sample's threads all still show the scheduler stats it recorded."""

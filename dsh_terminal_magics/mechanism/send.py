@@ -145,7 +145,8 @@ class SendOperation:
         self.fence = Fence()
         #: Writes the rest of a text larger than the PTY takes at once (None otherwise).
         self.task: asyncio.Task[None] | None = None
-        # The wait's state (see _step): the next step's handle, and whether it is a sleep a wake may cut short.
+        # The wait's state (see _step): the next step's handle, and whether it is a timer a wake may cut short
+        # (False: a step queued for the next turn, which output may run at once instead - see step_now).
         self._timer: asyncio.Handle | None = None
         self._sleeping = False
         self._slept_from: float | None = None
@@ -293,7 +294,7 @@ class SendOperation:
         self._slept_from = now
         if self._spins > 0 or now < self._burst_until:
             self._spins -= 1
-            self._timer, self._sleeping = loop.call_soon(self._step), True
+            self._timer, self._sleeping = loop.call_soon(self._step), False  # queued already: no sleep to cut
             return
         self.session.watch_foreground_exits()
         delay = min(self._tick, self._busy_tick(now - self._event_at), self.deadline - now,
@@ -309,7 +310,6 @@ class SendOperation:
     def _after_sleep(self, now: float, slept_from: float) -> None:
         """What changed while asleep: output or a foreground exit means looking closely again."""
         session = self.session
-        self._sleeping = False
         activity = session.activity()
         self._quiet_tick = self._tick >= MAX_TICK and activity == self._activity \
             and slept_from >= self._burst_until
