@@ -96,7 +96,8 @@ def test_a_spawn_in_flight_is_ended_when_its_open_is_abandoned(agent, when):
                 release.set()
             else:
                 shutting = asyncio.ensure_future(manager.aio.shutdown())
-                await asyncio.sleep(0.05)  # the shutdown is waiting for the spawn in flight
+                while not manager._closed:  # set as the shutdown starts, in the step that waits for the spawn
+                    await asyncio.sleep(0.001)
                 release.set()
                 await shutting
             return (await asyncio.gather(opening, return_exceptions=True))[0]
