@@ -361,7 +361,8 @@ class Session:
         """Wake the session when any process of the foreground group exits (pidfds)."""
         pgid = self.foreground_pgid()
         if self.child is not None and self.probe is not None and pgid > 0:
-            self.child.watch_exits(set(self.probe.members_seen(pgid)))  # no second /proc walk per tick
+            # (not the shell itself: its exit ends the child, whose own pidfd the loop always watches)
+            self.child.watch_exits(set(self.probe.members_seen(pgid)) - {self.pid})
 
     def stop_watching_exits(self) -> None:
         if self.child is not None:
