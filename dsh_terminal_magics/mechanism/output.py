@@ -400,13 +400,16 @@ class RawRing:
         size = self.capacity if size is None else min(size, self.capacity)
         return bytes(self._buf[-size:]) if size else b""
 
-    def since(self, total_offset: int) -> tuple[bytes, int]:
-        """Bytes written after absolute offset ``total_offset``: ``(data, bytes_lost)``."""
+    def since(self, total_offset: int, until: int | None = None) -> tuple[bytes, int]:
+        """Bytes written after absolute offset ``total_offset`` (up to absolute offset ``until``):
+        ``(data, bytes_lost)``."""
         available = min(len(self._buf), self.capacity)
         start_abs = self.total - available
         lost = max(0, start_abs - total_offset)
-        begin = max(total_offset, start_abs) - (self.total - len(self._buf))
-        return bytes(self._buf[begin:]), lost
+        first = self.total - len(self._buf)
+        begin = max(total_offset, start_abs) - first
+        end = len(self._buf) if until is None else max(begin, min(until, self.total) - first)
+        return bytes(self._buf[begin:end]), lost
 
 
 class OutputListeners:

@@ -81,9 +81,7 @@ class ScreenModel:
         :data:`SLICE`); further behind than :data:`RESYNC_BYTES`, restart
         from the newest :data:`RESYNC_TAIL` bytes instead.
         """
-        data, lost = ring.since(self.offset)
-        if until is not None and until < ring.total:
-            data = data[: max(0, len(data) - (ring.total - until))]
+        data, lost = ring.since(self.offset, until)
         if lost or len(data) > RESYNC_BYTES:
             self.resyncs += 1
             self.screen.reset()

@@ -12,10 +12,17 @@ up to the query, colours from the palette the viewport shows and the colours
 the program set, sizes from the PTY.  Requests for something this terminal
 does not have get the answer xterm gives for "not supported" (DECRQM 0,
 DECRQSS/XTGETTCAP ``0``), never an invented value.
+
+The work is bounded, since what a program prints is untrusted: one chunk of
+output gets at most :data:`MAX_ANSWERS` answers (the PTY's input queue holds
+no more), and after the first query, bringing the screen model up to the
+next ones costs at most :data:`ANSWER_SECONDS` per chunk.  A query past either bound is left
+unanswered, as if lost on a slow line, and counted in ``unanswered``.
 """
 from __future__ import annotations
 
 import re
+import time
 from typing import Callable
 
 from ..ansi import BASIC_COLOURS, DEFAULT_BG, DEFAULT_FG, xterm_256
@@ -29,6 +36,11 @@ PRIMARY_DA = b"\x1b[?62;22c"
 SECONDARY_DA = b"\x1b[>1;10;0c"
 #: Longest unfinished query held over to the next chunk.
 MAX_CARRY = 256
+#: Most answers to one chunk of output: about what a 4 KiB PTY input queue takes.
+MAX_ANSWERS = 64
+#: Most screen-model work (seconds) spent answering one chunk's position and mode queries after its first
+#: (which brings the model up to date, :data:`~.screen.RESYNC_BYTES` of output at most).
+ANSWER_SECONDS = 0.02
 
 _ST = rb"(?:\x07|\x1b\\)"
 _QUERY = re.compile(
@@ -51,13 +63,15 @@ _ANSI_MODES = {4, 20}
 class TerminalReplies:
     """Scans a session's output for queries and returns the answers to write back.
 
-    ``screen`` is the session's screen model; ``catch_up(until)`` brings it up
-    to an absolute raw offset; ``size()`` gives ``(rows, cols)``;
+    ``screen`` is the session's screen model; ``catch_up(until, seconds)`` brings it up
+    to an absolute raw offset within about ``seconds`` and says whether it got there; ``size()`` gives
+    ``(rows, cols)``;
     ``alternate()`` says whether the alternate screen is on and
     ``application_cursor()`` whether cursor keys are in application mode.
     """
 
-    def __init__(self, screen: ScreenModel, catch_up: Callable[[int], object], size: Callable[[], tuple[int, int]],
+    def __init__(self, screen: ScreenModel, catch_up: Callable[[int, float | None], bool],
+                 size: Callable[[], tuple[int, int]],
                  alternate: Callable[[], bool], application_cursor: Callable[[], bool]) -> None:
         self._screen = screen
         self._catch_up = catch_up
@@ -68,6 +82,9 @@ class TerminalReplies:
         #: Dynamic colours the program set (10 fg, 11 bg, 12 cursor) and palette entries it changed.
         self.dynamic: dict[int, str] = {}
         self.palette: dict[int, str] = {}
+        #: Queries left unanswered because a chunk asked too many or too far ahead of the screen model.
+        self.unanswered = 0
+        self._deadline: float | None = None
 
     @property
     def foreground(self) -> str:
@@ -84,8 +101,12 @@ class TerminalReplies:
         text = self._carry + data
         base = offset - len(self._carry)
         self._carry = b""
-        replies = []
+        replies: list[bytes] = []
+        self._deadline = None
         for match in _QUERY.finditer(text):
+            if len(replies) >= MAX_ANSWERS:
+                self.unanswered += 1
+                continue
             reply = self._answer(match, base)
             if reply:
                 replies.append(reply)
@@ -115,10 +136,26 @@ class TerminalReplies:
             return b"\x1bP0" + m.group("dcs") + b"r\x1b\\"
         return b"\x1bP>|dsh_terminal_magics\x1b\\"  # XTVERSION
 
+    def _screen_at(self, at: int) -> bool:
+        """Bring the screen model up to offset ``at`` within this chunk's budget; False (the query counted
+        as unanswered) when it cannot."""
+        if self._screen.offset >= at:
+            return True
+        if self._deadline is None:  # the chunk's first such query: whatever the backlog (RESYNC_BYTES at most)
+            self._catch_up(at, None)
+            self._deadline = time.monotonic() + ANSWER_SECONDS
+            return True
+        left = self._deadline - time.monotonic()
+        if left > 0 and self._catch_up(at, left):
+            return True
+        self.unanswered += 1
+        return False
+
     def _status(self, kind: bytes, at: int) -> bytes:
         if kind == b"5":
             return b"\x1b[0n"
-        self._catch_up(at)
+        if not self._screen_at(at):
+            return b""
         rows, cols = self._size()
         row = min(self._screen.screen.cursor.y + 1, rows)
         col = min(self._screen.screen.cursor.x + 1, cols)
@@ -167,8 +204,9 @@ class TerminalReplies:
         known = _PRIVATE_MODES if private else _ANSI_MODES
         if mode not in known:
             state = 0
+        elif not self._screen_at(at):
+            return b""
         else:
-            self._catch_up(at)
             if private and mode in (47, 1047, 1049):
                 on = self._alternate()
             elif private and mode == 1:

@@ -91,6 +91,19 @@ def test_raw_ring_keeps_newest():
     assert data == bytes(range(90, 100)) and lost == 40
 
 
+@given(st.lists(st.binary(max_size=7), max_size=30), st.integers(0, 120), st.integers(0, 120))
+def test_raw_ring_since_until_is_a_prefix_of_since(chunks, offset, until):
+    """``since(offset, until)`` copies only up to ``until``: the same bytes as ``since(offset)`` cut there."""
+    ring = RawRing(capacity=16)
+    for chunk in chunks:
+        ring.append(chunk)
+    data, lost = ring.since(offset)
+    cut, cut_lost = ring.since(offset, until)
+    start = offset + lost
+    assert cut_lost == lost
+    assert cut == data[: max(0, min(until, ring.total) - start)]
+
+
 def test_render_line():
     assert render_line("abc\r") == "abc"
     assert render_line("abc\rxy") == "xy"

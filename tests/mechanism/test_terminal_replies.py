@@ -8,7 +8,10 @@ import textwrap
 import pytest
 
 from dsh_terminal_magics.mechanism import SendRequest
-from dsh_terminal_magics.mechanism.terminal_replies import PRIMARY_DA, SECONDARY_DA, parse_colour
+from dsh_terminal_magics.mechanism.output import OutputNormalizer, RawRing
+from dsh_terminal_magics.mechanism.screen_tracker import ScreenTracker
+from dsh_terminal_magics.mechanism.terminal_replies import (MAX_ANSWERS, PRIMARY_DA, SECONDARY_DA, TerminalReplies,
+                                                           parse_colour)
 
 #: A program that puts the terminal in raw mode, writes each query and saves the answers as JSON.
 ASKER = textwrap.dedent(r"""
@@ -90,3 +93,33 @@ def test_parse_colour():
     assert parse_colour("rgb:ffff/8080/0000") == "#ff8000"
     assert parse_colour("#abc") == "#aabbcc" and parse_colour("#A0B0C0") == "#a0b0c0"
     assert parse_colour("red") is None and parse_colour("rgb:zz/00/00") is None
+
+
+def _replies_for_a_bare_screen() -> tuple[TerminalReplies, RawRing, list[int]]:
+    """Replies wired to a real screen model and raw ring, as a session wires them; ``catch_ups`` lists the
+    offsets the screen was asked to reach."""
+    raw = RawRing()
+    screen = ScreenTracker(24, 80, raw, OutputNormalizer())
+    catch_ups: list[int] = []
+
+    def catch_up(until: int, seconds: float | None) -> bool:
+        catch_ups.append(until)
+        return screen.catch_up(until, seconds)
+
+    return TerminalReplies(screen.model, catch_up, lambda: (24, 80), lambda: False, lambda: False), raw, catch_ups
+
+
+def test_a_flood_of_queries_gets_a_bounded_number_of_answers():
+    """Output is untrusted: 20,000 cursor-position queries in one chunk must not cost the loop 20,000 screen
+    catch-ups (that stalled the kernel's loop for over a second) - the first MAX_ANSWERS are answered."""
+    replies, raw, catch_ups = _replies_for_a_bare_screen()
+    chunk = b"ab\x1b[6n" * 20_000
+    raw.append(chunk)
+    answers = replies.scan(chunk, 0)
+    assert answers.count(b"R") == MAX_ANSWERS
+    assert answers.startswith(b"\x1b[1;3R\x1b[1;5R")  # still answered from the screen, in stream order
+    assert len(catch_ups) <= MAX_ANSWERS
+    assert replies.unanswered == 20_000 - MAX_ANSWERS
+    raw.append(b"\x1b[6n")  # the next chunk is answered again, from the whole 40,000 characters (500 full rows)
+    assert replies.scan(b"\x1b[6n", len(chunk)) == b"\x1b[24;80R"
+
