@@ -11,12 +11,17 @@ class TerminalError(Exception):
     """Base of every error raised by dsh_terminal_magics."""
 
 
+def shown_id(value: str, limit: int = 80) -> str:
+    """An id as an error message quotes it: cut at ``limit`` characters (an id is short; a wrong one may not be)."""
+    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
+
+
 class UnknownSessionError(TerminalError, KeyError):
     """The session id is unknown to this owner (it may not exist, or belong to another owner)."""
 
     def __init__(self, session_id: str) -> None:
         super().__init__(
-            f"unknown terminal session {session_id!r}: no session with this id is open for this owner; "
+            f"unknown terminal session {shown_id(session_id)}: no session with this id is open for this owner; "
             "call terminal_list to see your sessions"
         )
 
@@ -29,7 +34,7 @@ class UnknownJobError(TerminalError, KeyError):
 
     def __init__(self, job_id: str) -> None:
         super().__init__(
-            f"unknown job {job_id!r}: no job with this id exists for this owner; "
+            f"unknown job {shown_id(job_id)}: no job with this id exists for this owner; "
             "use the jobId returned by terminal_send with run_in_background"
         )
 

@@ -323,6 +323,8 @@ def describe_validation_error(name: str, model: type[BaseModel], exc: Validation
             problems.append(f"unknown argument {key!r}")
         elif kind == "missing":
             problems.append(f"missing required argument {key!r}")
+        elif not key:  # a check of the whole call: its message names the argument (no echo of every value)
+            problems.append(err["msg"].removeprefix("Value error, "))
         else:
             problems.append(f"argument {key!r}: {err['msg']} (got {_short(err.get('input'))})")
     takes = ", ".join(accepted) if accepted else "no arguments"

@@ -43,6 +43,10 @@ TOOL_CASES = [
     ("terminal_send", {"sessionId": "$SID", "text": "ls", "idle": 10_000}, "argument 'idle'"),
     ("terminal_send", {"sessionId": "$SID", "text": "ls", "cwd": "/"}, "unknown argument 'cwd'"),
     ("terminal_send", {"sessionId": "$SID", "text": "a\x00b"}, "NUL byte"),
+    ("terminal_send", {"sessionId": "$SID", "text": "echo \ud800" + "x" * 5000},
+     "terminal_send: text contains a lone surrogate ('\\ud800')"),  # the argument named, its value not echoed
+    ("terminal_send", {"sessionId": "s" * 100_000, "text": "ls"}, "(100000 characters)"),  # a wrong id is cut
+    ("job_output", {"jobId": "j" * 5000}, "(5000 characters)"),
     ("terminal_send", {"sessionId": "$SID", "text": BIG}, "larger than"),
     ("terminal_send", {"sessionId": OTHER_ID, "text": "ls"}, "unknown terminal session"),
     ("terminal_send", {"sessionId": "$FOREIGN", "text": "ls"}, "unknown terminal session"),
