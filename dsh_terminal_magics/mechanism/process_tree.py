@@ -48,6 +48,9 @@ class ProcessStat(NamedTuple):
     start_time: int
     #: Threads of the whole process (the same in every thread's ``stat``).
     threads: int = 1
+    #: The controlling terminal's device number (0: none) and its foreground process group (-1: none).
+    tty_nr: int = 0
+    tpgid: int = -1
 
     @property
     def ident(self) -> ProcessId:
@@ -76,7 +79,8 @@ def parse_stat(raw: bytes, pid: int) -> ProcessStat:
     """Parse ``/proc/PID/stat`` (the command name may hold spaces and parentheses: the fields start after the
     last ``)``)."""
     rest = raw[raw.rindex(b")") + 2 :].split(None, 20)
-    return ProcessStat(pid, chr(rest[0][0]), int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), int(rest[17]))
+    return ProcessStat(pid, chr(rest[0][0]), int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), int(rest[17]),
+                       int(rest[4]), int(rest[5]))
 
 
 def read_proc(path: str, size: int = 65536, offset: int = 0) -> bytes | None:

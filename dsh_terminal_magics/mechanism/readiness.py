@@ -14,6 +14,14 @@ read.  Three fences keep this from firing early (see FIELD-NOTES):
 
 Short waits (timeout under :data:`SHORT_WAIT`) are housekeeping timers, not
 prompts.  Anything unreadable is a miss, never a hit.
+
+**Relays.**  ``script``, ``sudo`` (``use_pty``), ``pty.spawn`` and ``expect``
+run the command on a terminal of their own and copy between the two: they
+wait on our tty *and* on that terminal's master all the time, whatever the
+command does.  A thread waiting on both is looked through: the answer is the
+inner terminal's - the same rules applied to its foreground group and its
+pts, found from the processes under the relay (their controlling terminal and
+its foreground group, from ``stat``), relays inside relays included.
 """
 from __future__ import annotations
 
@@ -58,6 +66,22 @@ _FUTEX_WAIT, _FUTEX_WAIT_BITSET, _FUTEX_CMD_MASK, _FUTEX_CLOCK_REALTIME = 0, 9, 
 MIN_WATCHED_SLEEP = 0.05
 #: A thread's entry in a check's sample when the look did not find it settled: equal to no read.
 _UNSETTLED = b""
+#: A PTY master as ``/proc/PID/fd`` links show it: waiting on one and on our tty makes a thread a relay.
+_PTY_MASTERS = ("/dev/ptmx", "/dev/pts/ptmx")
+#: Relays inside relays followed (``sudo`` inside ``script``), and processes looked at under one relay.
+MAX_RELAY_DEPTH = 3
+MAX_RELAY_PROCESSES = 256
+#: The device numbers of Unix98 pty slaves: majors 136-143.
+_PTS_MAJORS = range(136, 144)
+
+
+@dataclass(frozen=True)
+class _Terminal:
+    """A terminal as a check matches it: its path as ``/proc/PID/fd`` links show it, and its device number as
+    ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal (for ``/dev/tty``)."""
+
+    path: str
+    rdev: int | None
 
 
 @dataclass
@@ -91,6 +115,12 @@ class ReadinessProbe:
             self.tty_rdev: int | None = os.stat(tty_path).st_rdev if tty_path else None
         except OSError:
             self.tty_rdev = None
+        #: The terminal the check is looking at: ours, or the inner one of a relay (see the module docstring).
+        self._terminal = _Terminal(tty_path, self.tty_rdev)
+        self._relay_depth = 0
+        #: PTY masters among the fds of the wait just read; processes found under relays by this check.
+        self._masters: list[int] = []
+        self._relayed: list[int] = []
         self._timeout = 0.0
         self._group_cache: tuple[int, list[int]] | None = None
         #: The foreground group and the scheduler stats of every thread the last check looked at.
@@ -144,7 +174,7 @@ class ReadinessProbe:
             fence.schedstat = dict(ready[1])
             return fence
         self._tasks = {}
-        for pid in self.group_members(pgid):
+        for pid in [*self.group_members(pgid), *self._relayed]:  # (behind a relay, its command's threads too)
             for tid in self._threads(pid):
                 stat = self._schedstat(pid, tid)
                 if stat is not None:
@@ -179,6 +209,7 @@ class ReadinessProbe:
         self.running_thread = None
         self._tasks = {}
         self._leader_stat = None
+        self._relayed = []
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
             leader = self._stat(pgid, pgid)
             if leader is not None and leader.state in "RD":
@@ -415,6 +446,7 @@ class ReadinessProbe:
         syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
         if syscall is None:
             return "busy"
+        timeout_before, self._masters = self._timeout, []
         waits_on_tty = self._waits_on_tty(pid, syscall)
         after = self._schedstat(pid, tid)
         if after != before:
@@ -424,8 +456,65 @@ class ReadinessProbe:
             return "idle" if stat.state == "t" else "busy"
         if not waits_on_tty:
             return "idle"
+        if self._masters and self._relay_depth < MAX_RELAY_DEPTH:
+            self._timeout = timeout_before  # the relay's own wait says nothing: the inner one's timeout counts
+            return self._relayed_state(pid, self._masters, fence)
         fresh = fence.accept_stale or fence.schedstat.get((pid, tid)) != after
         return "tty" if fresh else "busy"
+
+    def _relayed_state(self, relay: int, masters: list[int], fence: Fence) -> str:
+        """A relay's thread state is its command's: ``"tty"`` when the inner terminal's foreground group waits
+        for input on it (by the same rules, fences included), else ``"busy"`` - also when that terminal or its
+        group cannot be found: a relay waits on our tty whatever its command does."""
+        inner = self._inner_terminal(relay, masters)
+        if inner is None:
+            return "busy"
+        terminal, members = inner
+        self._relayed.extend(members)
+        outer, self._terminal = self._terminal, terminal
+        self._relay_depth += 1
+        try:
+            verdict = self._group_verdict(members, fence)
+        finally:
+            self._terminal = outer
+            self._relay_depth -= 1
+        return "tty" if verdict is True else "busy"
+
+    def _inner_terminal(self, relay: int, masters: list[int]) -> tuple[_Terminal, list[int]] | None:
+        """The terminal behind ``relay``'s PTY master and the members of its foreground group, found among
+        the processes under the relay: those in another session whose controlling terminal it is."""
+        indexes = {self._tty_index(relay, fd) for fd in masters} - {None}
+        relay_stat = self._stat(relay)
+        if len(indexes) != 1 or relay_stat is None:
+            return None
+        index = indexes.pop()
+        under = [(pid, stat) for pid in self._descendants(relay) if (stat := self._stat(pid)) is not None
+                 and not stat.gone]
+        on_it = [stat for _, stat in under if stat.session != relay_stat.session and _pts_index(stat.tty_nr) == index]
+        if not on_it or on_it[0].tpgid <= 0:
+            return None
+        rdev, pgid = on_it[0].tty_nr, on_it[0].tpgid
+        members = [pid for pid, stat in under if stat.pgrp == pgid]
+        return (_Terminal(f"/dev/pts/{index}", rdev), members) if members else None
+
+    def _tty_index(self, pid: int, fd: int) -> int | None:
+        """The pts number of the PTY master ``fd`` of ``pid`` (``tty-index`` in its fdinfo)."""
+        info = self._text(f"/proc/{pid}/fdinfo/{fd}")
+        for line in (info or "").splitlines():
+            if line.startswith("tty-index:"):
+                return int(line.split()[1])
+        return None
+
+    def _descendants(self, pid: int) -> list[int]:
+        """Processes under ``pid`` (at most :data:`MAX_RELAY_PROCESSES`), breadth first."""
+        found: list[int] = []
+        queue = self._children(pid)
+        while queue and len(found) < MAX_RELAY_PROCESSES:
+            child = queue.pop(0)
+            if child not in found:
+                found.append(child)
+                queue.extend(self._children(child))
+        return found
 
     def _waits_on_tty(self, pid: int, syscall: str) -> bool | None:
         """True/False for a blocking wait that does/doesn't read our tty; None if not blocked in a syscall."""
@@ -457,14 +546,19 @@ class ReadinessProbe:
         return True
 
     def _is_tty(self, pid: int, fd: int) -> bool:
-        """Is ``pid``'s ``fd`` this terminal: the pts, or ``/dev/tty`` with this pts as its controlling tty?"""
+        """Is ``pid``'s ``fd`` this terminal: the pts, or ``/dev/tty`` with this pts as its controlling tty?
+        (A PTY master is noted in :attr:`_masters`: waiting on one too makes the thread a relay.)"""
         try:
             target = os.readlink(f"/proc/{pid}/fd/{fd}")
         except OSError:
             return False
-        if target == self.tty_path:
+        terminal = self._terminal
+        if target == terminal.path:
             return True
-        if target != "/dev/tty" or self.tty_rdev is None:
+        if target in _PTY_MASTERS:
+            self._masters.append(fd)
+            return False
+        if target != "/dev/tty" or terminal.rdev is None:
             return False
         stat = self._files.read(f"/proc/{pid}/stat")
         if stat is None:
@@ -473,7 +567,7 @@ class ReadinessProbe:
             tty_nr = int(stat[stat.rindex(b")") + 2:].split()[4])
         except (ValueError, IndexError):
             return False
-        return tty_nr == self.tty_rdev
+        return tty_nr == terminal.rdev
 
     def _wait_timeout(self, pid: int, name: str, args: list[int]) -> float | None:
         """A tty wait's timeout in seconds (``math.inf``: none), or None for a timer (under :data:`SHORT_WAIT`)."""
@@ -487,13 +581,8 @@ class ReadinessProbe:
         if seconds is None or not readfds or nfds <= 0 or nfds > 65536:
             return False
         bits = self._files.memory(pid, readfds, (nfds + 7) // 8)
-        for index, byte in enumerate(bits):
-            if byte:
-                for bit in range(8):
-                    fd = index * 8 + bit
-                    if fd < nfds and byte & (1 << bit) and self._is_tty(pid, fd):
-                        return self._waiting(seconds)
-        return False
+        fds = [index * 8 + bit for index, byte in enumerate(bits) if byte for bit in range(8) if byte & (1 << bit)]
+        return self._reads_tty(pid, [fd for fd in fds if fd < nfds], seconds)
 
     def _poll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
         fds_ptr, nfds = args[0], args[1]
@@ -501,24 +590,35 @@ class ReadinessProbe:
         if seconds is None or not fds_ptr or nfds <= 0 or nfds > 65536:
             return False
         raw = self._files.memory(pid, fds_ptr, 8 * nfds)
-        for fd, events, _ in struct.iter_unpack("ihh", raw):
-            if fd >= 0 and events & _POLLIN and self._is_tty(pid, fd):
-                return self._waiting(seconds)
-        return False
+        return self._reads_tty(pid, [fd for fd, events, _ in struct.iter_unpack("ihh", raw)
+                                     if fd >= 0 and events & _POLLIN], seconds)
 
     def _epoll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
         seconds = self._wait_timeout(pid, name, args)
         info = self._text(f"/proc/{pid}/fdinfo/{args[0]}") if seconds is not None else None
         if seconds is None or info is None:
             return False
+        fds = []
         for line in info.splitlines():
             if line.startswith("tfd:"):
                 fields = line.split()
-                fd = int(fields[1])
-                events = int(fields[3], 16)
-                if events & _EPOLLIN and self._is_tty(pid, fd):
-                    return self._waiting(seconds)
-        return False
+                if int(fields[3], 16) & _EPOLLIN:
+                    fds.append(int(fields[1]))
+        return self._reads_tty(pid, fds, seconds)
+
+    def _reads_tty(self, pid: int, fds: list[int], seconds: float) -> bool:
+        """Whether a wait to read ``fds`` reads this terminal (every fd is looked at: a relay's master may
+        come after the tty)."""
+        found = False
+        for fd in fds:
+            found = self._is_tty(pid, fd) or found
+        return found and self._waiting(seconds)
+
+
+def _pts_index(rdev: int) -> int | None:
+    """The pts number of a device number, or None when it is not a pts."""
+    major = os.major(rdev)
+    return (major - 136) * 256 + os.minor(rdev) if rdev and major in _PTS_MAJORS else None
 
 
 def _timeout_of(files: ProcFiles, pid: int, name: str, args: list[int]) -> tuple[int, bool, float] | None:

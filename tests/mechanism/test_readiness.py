@@ -481,3 +481,55 @@ def test_a_repl_sees_the_program_it_started_in_its_own_group(contained):
         assert "42" in call("print(6*7)").viewport
     finally:
         tools.shutdown()
+
+
+RELAYS = {
+    "script": "script -qc 'sh {script}' /dev/null",
+    "pty.spawn": sys.executable + " -c \"import pty; pty.spawn(['sh', '{script}'])\"",
+    "script in script": "script -qc \"script -qc 'sh {script}' /dev/null\" /dev/null",
+}
+
+
+@pytest.mark.parametrize("contained", [False, True], ids=["plain", "in a pid namespace"])
+@pytest.mark.parametrize("relay", list(RELAYS))
+def test_a_relay_is_looked_through_to_its_command(relay, contained, tmp_path):
+    """``script``, ``sudo`` and ``pty.spawn`` run their command on a terminal of their own and wait on ours
+    all the time: the wait is the command's, on the inner terminal.  (They came back as ``stdin_read`` at
+    once, while the command still slept.)"""
+    import time
+
+    from dsh_terminal_magics import Agent, TerminalTools
+    from dsh_terminal_magics.tools import sandbox_problem
+    if contained and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
+        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
+    script = tmp_path / "inner.sh"
+    script.write_text("sleep 1; echo slept; read -p 'inner> ' x; echo got-$x\n")
+    tools = TerminalTools({"containment": "namespace" if contained else "tracking"})
+    agent = Agent("relay")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+
+        def call(text):
+            return tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 20, "timeout": 30},
+                              agent=agent)
+        started = time.monotonic()
+        r = call(RELAYS[relay].format(script=script))
+        assert r.wait_reason == "stdin_read", r
+        assert "slept" in r.viewport and r.viewport.endswith("inner> "), r  # not before the sleep ended
+        assert time.monotonic() - started >= 1.0
+        r = call("abc")
+        assert r.wait_reason == "stdin_read" and "got-abc" in r.viewport, r
+        assert r.viewport.endswith("$ ") and r.exit_code == 0, r  # the relay ended: our shell's prompt
+    finally:
+        tools.shutdown()
+
+
+def test_a_shell_inside_a_relay_is_waited_on_like_ours(manager, agent, shell):
+    """An interactive shell under ``script``: its commands are waited on through the relay, every time."""
+    r = send(manager, agent, shell, "script -q /dev/null", idle=20)
+    assert r.wait_reason == "stdin_read", r
+    for _ in range(3):
+        r = send(manager, agent, shell, "sleep 0.5; echo done-$((6*7))", idle=20)
+        assert r.wait_reason == "stdin_read" and "done-42" in r.viewport, r
+    r = send(manager, agent, shell, "exit", idle=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
