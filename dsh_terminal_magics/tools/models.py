@@ -183,23 +183,24 @@ class ForegroundSendResult(_Result):
     bell: Optional[bool] = Field(None, exclude_if=lambda v: v is None)
     screen: Optional[ScreenInfo] = Field(None, exclude_if=lambda v: v is None)
     #: Not part of the seed's JSON: (raw output, screen text, interrupted) - see the properties below.
-    #: One private attribute, not three: pydantic sets each one's default on every result.
-    _extras: tuple[bytes, Optional[str], bool] = PrivateAttr((b"", None, False))
+    #: One private attribute, not three, defaulting to None: pydantic sets (and deep-copies) each private
+    #: attribute's default on every result.
+    _extras: Optional[tuple[bytes, Optional[str], bool]] = PrivateAttr(None)
 
     @property
     def raw_output(self) -> bytes:
         """The program's raw output during the send, colours included (for cards and viewers)."""
-        return self._extras[0]
+        return self._extras[0] if self._extras is not None else b""
 
     @property
     def screen_text(self) -> Optional[str]:
         """The full-screen program's screen as text, when one had the terminal at the end."""
-        return self._extras[1]
+        return self._extras[1] if self._extras is not None else None
 
     @property
     def interrupted(self) -> bool:
         """Whether the send was interrupted (Ctrl-C, a cancelled await)."""
-        return self._extras[2]
+        return self._extras is not None and self._extras[2]
 
 
 class BackgroundSendResult(_Result):
