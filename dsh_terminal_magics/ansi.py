@@ -1,7 +1,10 @@
 """Terminal byte grammar and colours: pure facts shared by the mechanism and the displays.
 
 * the escape-sequence grammar (:data:`ESCAPE`, :data:`UNFINISHED`, :data:`SGR`),
-* :func:`render_line`: how a terminal leaves one line after CR and BS,
+* :func:`render_line`: how a terminal leaves one line after CR and BS, and
+  after the cursor motions inside a line that line editors use
+  (:func:`line_motion_marks`: ``CSI C/D/G/K``, erase below, and the blank
+  lines prompt_toolkit reserves below its prompt and climbs back over),
 * the palette the viewport shows (:data:`DEFAULT_FG`, :data:`DEFAULT_BG`,
   :data:`BASIC_COLOURS`, :func:`xterm_256`) - the same colours the session
   reports when a program asks the terminal for them.
@@ -43,62 +46,189 @@ def xterm_256(n: int) -> str:
     return f"#{level:02x}{level:02x}{level:02x}"
 
 
-def render_line(raw: str) -> str:
-    """Apply CR and BS to one line as a terminal leaves it; SGR sequences count as zero-width.
+#: Cursor motion inside a line as :func:`line_motion_marks` leaves it for :func:`render_line`: C0 codes that
+#: never reach a line otherwise (the normaliser deletes a program's own before marking).
+CURSOR_LEFT, CURSOR_RIGHT, ERASE_RIGHT, ERASE_LINE, DELETE_CHAR, INSERT_CHAR = \
+    "\x0e", "\x0f", "\x10", "\x11", "\x12", "\x13"
+MARKS = CURSOR_LEFT + CURSOR_RIGHT + ERASE_RIGHT + ERASE_LINE + DELETE_CHAR + INSERT_CHAR
+_HAS_MARK = re.compile("[\x0e-\x13]")
+#: Longest single motion kept (a line is cut far below this anyway).
+MAX_MOTION = 4096
+_LINE_MOTION = re.compile(r"\x1b\[(\d{0,6})([CDGKJP@])")
+_CURSOR_UP = re.compile(r"\x1b\[(\d{0,6})A")
+#: What may fill lines a program reserved below its prompt: blanks, CRs, backspaces, colours.
+_RESERVED_FILL = re.compile(r"(?:[ \r\b]|\x1b\[[0-9;]*m)*")
 
-    A trailing CR (the CR of CRLF) is dropped; a lone CR starts the line
-    again, so only the text after the last one remains (with the colour
-    state the overwritten part had set); a backspace deletes the character
-    before it.
+
+def has_marks(text: str) -> bool:
+    return _HAS_MARK.search(text) is not None
+
+
+def line_motion_marks(text: str) -> str:
+    """Turn a line editor's cursor motion into marks :func:`render_line` applies (call before escapes are
+    stripped; ``text`` must hold no mark characters of its own).
+
+    ``CSI n D``/``C`` move left/right, ``CSI n G`` goes to column n, ``CSI K`` (and erase below, ``CSI J``)
+    erases to the end of the line, ``CSI 2K`` the whole line, ``CSI n P``/``@`` delete/insert characters at
+    the cursor (readline editing inside a line).  Blank lines a program prints and then climbs
+    back over in the same chunk (prompt_toolkit reserves room for its menus: 34 CRLFs, then ``CSI 34A``) are
+    taken out, so the line history does not fill with them.
     """
-    if "\r" in raw:
-        head, _, last = raw.rstrip("\r").rpartition("\r")
-        raw = "".join(m.group() for m in SGR.finditer(head)) + last if "\x1b" in head else last
-    if "\b" in raw:
-        raw = _apply_backspace(raw)
-    return raw
+    if "\x1b[" not in text:
+        return text
+    if "A" in text:
+        text = _fold_reserved_lines(text)
+    return _LINE_MOTION.sub(_motion_mark, text)
 
 
-def _apply_backspace(line: str) -> str:
+def _motion_mark(match: re.Match[str]) -> str:
+    number, final = match.group(1), match.group(2)
+    if final in "KJ":
+        kind = int(number or 0)
+        return ERASE_RIGHT if kind == 0 else ERASE_LINE if (final, kind) == ("K", 2) else ""
+    count = min(int(number or 1) or 1, MAX_MOTION)
+    if final == "G":
+        return "\r" + CURSOR_RIGHT * (count - 1)
+    return {"D": CURSOR_LEFT, "C": CURSOR_RIGHT, "P": DELETE_CHAR, "@": INSERT_CHAR}[final] * count
+
+
+def _fold_reserved_lines(text: str) -> str:
+    """Take out ``n`` blank lines followed by ``CSI n A`` (the cursor climbs back to where they started)."""
     out: list[str] = []
-    pieces = SGR.split(line) if "\x1b" in line else [line]
-    for index, piece in enumerate(pieces):
-        if index % 2:  # an SGR parameter group: keep the sequence, zero-width
-            out.append(f"\x1b[{piece}m")
+    pos = 0
+    for match in _CURSOR_UP.finditer(text):
+        count = int(match.group(1) or 1) or 1
+        start = _reserved_start(text, pos, match.start(), count)
+        if start is None:
             continue
-        for ch in piece:
-            if ch != "\b":
-                out.append(ch)
-                continue
-            for i in range(len(out) - 1, -1, -1):
-                if not out[i].startswith("\x1b"):
-                    del out[i]
-                    break
+        column = _column_after(text[text.rindex("\n", start, match.start()) + 1:match.start()])
+        out.append(text[pos:start])
+        out.append("\r" + CURSOR_RIGHT * column)
+        pos = match.end()
+    out.append(text[pos:])
     return "".join(out)
 
 
-#: C0/C1 controls other than TAB, LF, CR and BS.
+def _reserved_start(text: str, lower: int, end: int, count: int) -> int | None:
+    """Where the ``count`` blank lines ending at ``end`` start (their first newline's CRs included), or
+    None when the text before ``end`` is not that."""
+    start = end
+    for _ in range(count):
+        newline = text.rfind("\n", lower, start)
+        if newline < 0 or _RESERVED_FILL.fullmatch(text, newline + 1, start) is None:
+            return None
+        start = newline
+    while start > lower and text[start - 1] == "\r":
+        start -= 1
+    return start
+
+
+def _column_after(fill: str) -> int:
+    """The cursor column after a reserved line's fill (blanks and backspaces from column 0)."""
+    column = 0
+    for ch in SGR.sub("", fill):
+        column = 0 if ch == "\r" else max(0, column - 1) if ch == "\b" else column + 1
+    return column
+
+
+def render_line(raw: str) -> str:
+    """How a terminal leaves one line; SGR sequences count as zero-width.
+
+    A trailing CR (the CR of CRLF) is dropped.  A line of text and CRs only
+    keeps the text after its last CR (a progress bar keeps its last state, with
+    the colour state the overwritten part had set).  A line with backspaces or
+    cursor-motion marks (:func:`line_motion_marks`) is played on a cursor, as
+    the terminal does: a CR or backspace moves it, later text overwrites, and
+    blanks left at or after where it ends are dropped (``"\\b \\b"`` erases).
+    """
+    if "\b" in raw or _HAS_MARK.search(raw) is not None:
+        return _play_line(raw)[0]
+    if "\r" in raw:
+        head, _, last = raw.rstrip("\r").rpartition("\r")
+        raw = "".join(m.group() for m in SGR.finditer(head)) + last if "\x1b" in head else last
+    return raw
+
+
+def compact_line(raw: str) -> str:
+    """A shorter raw line that renders the same and leaves the cursor in the same column."""
+    text, column = _play_line(raw)
+    return text + "\r" + CURSOR_RIGHT * column
+
+
+def _play_line(raw: str) -> tuple[str, int]:
+    """Play one raw line on a cursor: its text (colours kept before the cells they coloured) and the column
+    the cursor ends in."""
+    cells: list[str] = []
+    column = 0
+    colour = ""
+    raw = raw.rstrip("\r")
+    pieces = SGR.split(raw) if "\x1b" in raw else [raw]
+    for index, piece in enumerate(pieces):
+        if index % 2:
+            colour += f"\x1b[{piece}m"
+            continue
+        for ch in piece:
+            if ch == "\r":
+                column = 0
+            elif ch in "\b" + CURSOR_LEFT:
+                column = max(0, column - 1)
+            elif ch == CURSOR_RIGHT:
+                column = min(column + 1, MAX_MOTION)
+            elif ch == ERASE_RIGHT:
+                del cells[column:]
+            elif ch == ERASE_LINE:
+                cells = [" "] * min(column, len(cells))
+            elif ch == DELETE_CHAR:
+                del cells[column:column + 1]
+            elif ch == INSERT_CHAR:
+                if column < len(cells):
+                    cells.insert(column, " ")
+            else:
+                if column > len(cells):
+                    cells.extend(" " * (column - len(cells)))
+                cell = colour + ch
+                colour = ""
+                if column < len(cells):
+                    cells[column] = cell
+                else:
+                    cells.append(cell)
+                column += 1
+    while len(cells) > column and cells[-1][-1:] == " ":  # blanks the cursor left behind it: erased
+        cells.pop()
+    return "".join(cells) + colour, column
+
+
+#: C0/C1 controls other than TAB, LF, CR and BS (and the same sparing the marks).
 _OTHER_CONTROLS = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
+_CONTROLS_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x14-\x1f\x7f\x80-\x9f]")
+_DROP_MARKS = dict.fromkeys(map(ord, MARKS))
 
 
-def sanitize_stream(text: str) -> str:
+def sanitize_stream(text: str, line_motion: bool = False) -> str:
     """Keep printable text, TAB, LF, CR, BS and SGR (colour) sequences; drop every other control.
 
     Program output is data: no OSC 52 clipboard writes, no OSC 8 hyperlinks,
     no title changes, no cursor games survive; an unfinished sequence at the
     end is dropped (callers that stream hold it back first).  CRLF becomes LF.
+    ``line_motion``: keep a line editor's cursor motion as the marks
+    :func:`render_line` plays (for callers that render lines, never for text
+    printed as it is).
     """
+    strip = _strip_controls
+    if line_motion:
+        text = line_motion_marks(text.translate(_DROP_MARKS))
+        strip = _strip_controls_but_marks
     out: list[str] = []
     pos = 0
     for match in SGR.finditer(text):
-        out.append(_strip_controls(text[pos:match.start()]))
+        out.append(strip(text[pos:match.start()]))
         out.append(match.group())
         pos = match.end()
     rest = text[pos:]
     tail = UNFINISHED.search(rest)
     if tail is not None:
         rest = rest[: tail.start()]
-    out.append(_strip_controls(rest))
+    out.append(strip(rest))
     return "".join(out).replace("\r\n", "\n")
 
 
@@ -106,3 +236,9 @@ def _strip_controls(piece: str) -> str:
     if "\x1b" in piece or "\x9b" in piece:
         piece = ESCAPE.sub("", piece)
     return _OTHER_CONTROLS.sub("", piece)
+
+
+def _strip_controls_but_marks(piece: str) -> str:
+    if "\x1b" in piece or "\x9b" in piece:
+        piece = ESCAPE.sub("", piece)
+    return _CONTROLS_BUT_MARKS.sub("", piece)

@@ -22,12 +22,19 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import Callable, Iterator
 
-from ..ansi import ESCAPE as _ESCAPE, UNFINISHED as _UNFINISHED, render_line
+from ..ansi import ESCAPE as _ESCAPE, MARKS as _MARKS, UNFINISHED as _UNFINISHED, compact_line, has_marks, \
+    line_motion_marks, render_line
 
 log = logging.getLogger(__name__)
 
 #: C0/C1 controls other than TAB, LF, CR and BS.
 _CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
+#: The same, sparing the cursor-motion marks (:func:`~..ansi.line_motion_marks`) made from escapes.
+_CONTROL_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x14-\x1f\x7f\x80-\x9f]")
+_DROP_MARKS = dict.fromkeys(map(ord, _MARKS))
+#: A partial line played on a cursor (backspaces, marks) longer than this is replayed into its shortest
+#: form (a spinner never ends).
+COMPACT_MARKED_PARTIAL = 1024
 #: The same C0 controls as bytes (safe to delete before decoding: UTF-8 never uses them in sequences).
 _CONTROL_BYTES = bytes([*range(0x00, 0x08), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 _EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:\x07|\x1b\\)")
@@ -64,8 +71,10 @@ class OutputNormalizer:
     """Decode PTY bytes and strip escape sequences, keeping state across chunks.
 
     ``feed(b"...")`` returns ``(text, events)``: ``text`` keeps only printable
-    characters, TAB, LF, CR and BS; ``events`` reports what the session must
-    answer or record.  Invalid UTF-8 becomes U+FFFD.
+    characters, TAB, LF, CR and BS, plus the marks a line editor's cursor motion
+    leaves (:func:`~..ansi.line_motion_marks`, applied by ``render_line``);
+    ``events`` reports what the session must answer or record.  Invalid UTF-8
+    becomes U+FFFD.
     """
 
     def __init__(self) -> None:
@@ -91,16 +100,18 @@ class OutputNormalizer:
             text = self._line_text(text)
         else:
             events.bells = text.count("\x07")
+            text = text.translate(_DROP_MARKS)  # (what is left of controls goes below; these would survive)
             if self.alternate:
                 text = ""
         if self.suppressed:
             text = ""
-        return _CONTROL.sub("", text), events
+        return _CONTROL_BUT_MARKS.sub("", text), events
 
     def _line_text(self, text: str) -> str:
-        """Escapes removed; what a full-screen program drew on the alternate screen left out."""
+        """Escapes removed (a line editor's cursor motion kept as marks); what a full-screen program drew on
+        the alternate screen left out."""
         if "\x1b[?" not in text and not self.alternate:
-            return _ESCAPE.sub("", text)
+            return _ESCAPE.sub("", line_motion_marks(text.translate(_DROP_MARKS)))
         kept = []
         pos = 0
         for match in _SCREEN_MODE.finditer(text):
@@ -112,7 +123,7 @@ class OutputNormalizer:
             pos = match.end()
         if not self.alternate:
             kept.append(text[pos:])
-        return _ESCAPE.sub("", "".join(kept))
+        return _ESCAPE.sub("", line_motion_marks("".join(kept).translate(_DROP_MARKS)))
 
     def _feed_plain(self, data: bytes) -> tuple[str, TerminalEvents]:
         """Fast path for chunks with no escape and no C1 control: delete controls as bytes."""
@@ -178,7 +189,7 @@ class ScrollbackBuffer:
 
     # -- writing -----------------------------------------------------------
     def append(self, text: str) -> None:
-        """Add cleaned text (only printable characters, TAB, LF, CR, BS)."""
+        """Add cleaned text (only printable characters, TAB, LF, CR, BS and cursor-motion marks)."""
         if not text:
             return
         self.chars_written += len(text)
@@ -191,9 +202,11 @@ class ScrollbackBuffer:
         head = self._partial + pieces[0]
         tail = pieces.pop()
         pieces[0] = head
-        if ("\r" in text or "\b" in text or "\r" in head or "\b" in head
+        marked = has_marks(text) or has_marks(head)
+        if (marked or "\r" in text or "\b" in text or "\r" in head or "\b" in head
                 or max(map(len, pieces)) > self.max_line_chars):
-            lines = [self._finish(p) if ("\r" in p or "\b" in p or len(p) > self.max_line_chars) else p
+            lines = [self._finish(p) if ("\r" in p or "\b" in p or len(p) > self.max_line_chars
+                                         or (marked and has_marks(p))) else p
                      for p in pieces]
         else:  # the common case, decided for the whole chunk at C speed
             lines = pieces
@@ -211,7 +224,10 @@ class ScrollbackBuffer:
         return line
 
     def _set_partial(self, raw: str) -> None:
-        if "\r" in raw:
+        if "\b" in raw or has_marks(raw):  # played on a cursor (see render_line)
+            if len(raw) > COMPACT_MARKED_PARTIAL:
+                raw = compact_line(raw)
+        elif "\r" in raw:
             raw = _compact_partial(raw)
         if len(raw) > self.max_line_chars:
             raw = raw[: self.max_line_chars]

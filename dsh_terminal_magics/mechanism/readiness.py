@@ -121,6 +121,8 @@ class ReadinessProbe:
         #: PTY masters among the fds of the wait just read; processes found under relays by this check.
         self._masters: list[int] = []
         self._relayed: list[int] = []
+        #: Whether the last "waiting" verdict was seen through a relay (its output may still be in transit).
+        self.through_relay = False
         self._timeout = 0.0
         self._group_cache: tuple[int, list[int]] | None = None
         #: The foreground group and the scheduler stats of every thread the last check looked at.
@@ -210,6 +212,7 @@ class ReadinessProbe:
         self._tasks = {}
         self._leader_stat = None
         self._relayed = []
+        self.through_relay = False
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
             leader = self._stat(pgid, pgid)
             if leader is not None and leader.state in "RD":
@@ -478,7 +481,10 @@ class ReadinessProbe:
         finally:
             self._terminal = outer
             self._relay_depth -= 1
-        return "tty" if verdict is True else "busy"
+        if verdict is True:
+            self.through_relay = True
+            return "tty"
+        return "busy"
 
     def _inner_terminal(self, relay: int, masters: list[int]) -> tuple[_Terminal, list[int]] | None:
         """The terminal behind ``relay``'s PTY master and the members of its foreground group, found among

@@ -64,6 +64,9 @@ _BUSY_SENDS: "set[SendOperation]" = set()
 FULL_CHECK_EVERY = 1.0
 #: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
 TIMED_WAIT_SETTLE = 1.5
+#: How long a wait seen through a relay must last, without new output, before it counts (seconds): the
+#: command's last output may still sit in the relay's terminal, waiting for the relay to copy it to ours.
+RELAY_SETTLE = 0.01
 #: How long an interrupted send waits for the program to come back before giving up (seconds).
 INTERRUPT_GRACE = 5.0
 ENTER = b"\r"
@@ -401,16 +404,20 @@ class SendOperation:
 
     def _settled(self, timeout: float | None) -> bool:
         """An untimed wait is a prompt; so is a timed one, unless the program may still be going on by
-        itself (see the module docstring): then it must outlast its timeout with no new output."""
+        itself (see the module docstring): then it must outlast its timeout with no new output.  A wait seen
+        through a relay must outlast :data:`RELAY_SETTLE` with no new output (its output may be in transit)."""
         if timeout is None:
             self._timed_wait = None
             return False
-        if timeout == math.inf or not (self.escape_sent or self.left_full_screen):
+        may_go_on = self.escape_sent or self.left_full_screen
+        relayed = self.session.probe is not None and self.session.probe.through_relay
+        if not relayed and (timeout == math.inf or not may_go_on):
             return True
         now = time.monotonic()
         written = self.session.scrollback.chars_written
         if self._timed_wait is None or self._timed_wait[1] != written:
-            self._timed_wait = (now + min(timeout, TIMED_WAIT_SETTLE), written)
+            settle = min(timeout, TIMED_WAIT_SETTLE) if may_go_on and timeout != math.inf else RELAY_SETTLE
+            self._timed_wait = (now + settle, written)
             return False
         return now >= self._timed_wait[0]
 

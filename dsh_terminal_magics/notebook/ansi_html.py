@@ -34,7 +34,8 @@ def terminal_pre(body_html: str, extra_class: str = "", fg: str = DEFAULT_FG, bg
 
 
 def terminal_lines(text: str) -> list[str]:
-    """Split sanitised text into lines as a terminal leaves them (CR rewrites, BS deletes), SGR kept."""
+    """Split sanitised text into lines as a terminal leaves them (CR and BS played, and a line editor's
+    cursor motion when it was sanitised with ``line_motion``), SGR kept."""
     return [render_line(raw) for raw in text.split("\n")]
 
 
@@ -157,7 +158,7 @@ def strip_controls(text: str) -> str:
 
 def output_html(raw_text: str, max_lines: int) -> str:
     """The newest ``max_lines`` lines of raw terminal text as a safe ``<pre>`` block."""
-    lines = terminal_lines(sanitize_stream(raw_text))[-max_lines:]
+    lines = terminal_lines(sanitize_stream(raw_text, line_motion=True))[-max_lines:]
     return terminal_pre(ansi_to_html("\n".join(lines)))
 
 

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from ..tools.models import ForegroundSendResult
 from ..tools.policies import PolicyDenied, PolicyOutcome, ToolCall
-from .ansi_html import ansi_to_html, sanitize_stream, terminal_pre
+from .ansi_html import ansi_to_html, sanitize_stream, terminal_lines, terminal_pre
 
 CARD_KINDS = {"terminal_open": "execute", "terminal_signal": "execute", "terminal_read": "read",
               "terminal_list": "read", "terminal_close": "delete", "job_output": "read", "job_kill": "execute"}
@@ -68,7 +68,7 @@ def _target(call: ToolCall) -> str:
 def _terminal_body(call: ToolCall, result: ForegroundSendResult) -> str:
     command = html.escape(str(call.args.get("text", "")))
     raw = result.raw_output.decode("utf-8", "replace") if result.raw_output else result.viewport
-    screen = ansi_to_html(sanitize_stream(raw))
+    screen = ansi_to_html("\n".join(terminal_lines(sanitize_stream(raw, line_motion=True))))
     exit_code = "-" if result.exit_code is None else result.exit_code
     footer = (f"[wait: {result.wait_reason}] [exit: {exit_code}] [session: {result.session_status}]"
               + (" [truncated]" if result.truncated else ""))

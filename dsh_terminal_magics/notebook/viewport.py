@@ -32,7 +32,7 @@ def snapshot_text(view: TerminalView) -> str:
         while lines and not lines[-1]:
             lines.pop()
         return "\n".join(lines)
-    lines = terminal_lines(sanitize_stream(view.tail))[-view.rows:]
+    lines = terminal_lines(sanitize_stream(view.tail, line_motion=True))[-view.rows:]
     return "\n".join(strip_sgr(line) for line in lines)
 
 

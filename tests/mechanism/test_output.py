@@ -108,6 +108,47 @@ def test_render_line():
     assert render_line("abc\r") == "abc"
     assert render_line("abc\rxy") == "xy"
     assert render_line("a\b\bb") == "b"
+    assert render_line("abc\b \b") == "ab"  # the echo of an erased character
+    assert render_line("$ ") == "$ "  # a prompt keeps its blank: the cursor is after it
+
+
+def marked(*chunks: str) -> list[str]:
+    """The lines (the unfinished one last) that chunks of program output leave in the line history."""
+    sb = normalise(*(c.encode() for c in chunks))
+    return list(sb.iter_lines(1, sb.completed_lines)) + [sb.partial_line]
+
+
+def test_a_line_editors_cursor_motion_is_played_not_stripped():
+    """readline, node and prompt_toolkit redraw a line with cursor motion; the history shows what the
+    terminal shows (the motion used to be dropped with the escapes: '> > 6*7', 'echo fistt', 'abcxy')."""
+    assert marked("abc\x1b[2Dxy\r\n") == ["axy", ""]
+    assert marked("tab\x1b[10Gcol10\r\n") == ["tab      col10", ""]
+    assert marked("progress 10%\r\x1b[Kdone\r\n") == ["done", ""]
+    # readline: Up recalls 'echo first', Left Left, Backspace deletes the 'r' (CSI P), Enter
+    assert marked("$ echo first", "\b\b\b\x1b[1Pst\b\b\r\nfist\r\n$ ") == ["$ echo fist", "fist", "$ "]
+    assert marked("$ eho", "\b\b\x1b[1@c", "\x1b[C\x1b[C\r\n") == ["$ echo", ""]  # an insert inside the line
+    # node recalls history by clearing the line and redrawing from column 1
+    assert marked("> 6*7\r\n42\r\n> ", "\x1b[1G\x1b[0J> 6*7\x1b[6G") == ["> 6*7", "42", "> 6*7"]
+
+
+def test_prompt_toolkit_lines_and_the_room_it_reserves():
+    """IPython (prompt_toolkit) as captured from a real session: it redraws its prompt, prints 34 blank
+    lines for its menus and climbs back over them; none of that is line text."""
+    answer = ("\x1b[?25l\x1b[?7l\x1b[8D\x1b[0m\x1b[J\x1b[0mIn [1]: 6*7\x1b[11D\x1b[0m\r\r\n\x1b[J\x1b[?7h"
+              "\x1b[0m\x1b[?12l\x1b[?25h\x1b[?2004l\x1b[0m\x1b[?7h\x1b[0mOut[1]: \x1b[0m42\r\n\r\n\x1b[?2004h"
+              "\x1b[?25l\x1b[0m\x1b[?7l\x1b[0m\x1b[J\x1b[0mIn [2]:\x1b[7D\x1b[8C\x1b[?7h\x1b[0m\x1b[?12l\x1b[?25h"
+              "\x1b[?25l\x1b[?7l\x1b[8D\x1b[0mIn [2]:\x1b[0m" + "\r\r\n" * 34 + "\x1b[0m \x08\x1b[34A\x1b[8C\x1b[?7h"
+              "\x1b[0m\x1b[?12l\x1b[?25h")
+    assert marked("In [1]:\x1b[7D\x1b[8C", answer) == ["In [1]: 6*7", "Out[1]: 42", "", "In [2]:"]
+    assert marked("a\r\n\r\nb\x1b[1A\r\n") == ["a", "", "b", ""]  # a line with text is not climbed over
+
+
+@given(st.text(alphabet="ab \b\r", max_size=30), st.integers(0, 60), st.sampled_from("CDGKP@"))
+def test_marked_lines_hold_no_marks_and_a_long_one_compacts_to_the_same(text, number, final):
+    raw = f"{text}\x1b[{number}{final}{text}"
+    lines = marked(raw * 40)  # long enough to be compacted while unfinished
+    assert all(ord(c) >= 0x20 for line in lines for c in line)
+    assert lines[-1] == render_line(normalise((raw * 40).encode())._partial)
 
 
 @settings(max_examples=300, deadline=None)

@@ -143,3 +143,17 @@ def test_output_after_vim_is_kept(term):
         r, _ = term("sh -c 'vim -u NONE -c q; echo after-$((6*7))'")
         assert r.wait_reason == "stdin_read" and "after-42" in r.viewport, (i, r.viewport[-300:])
         assert "after-42" in term.read().splitlines()[-2], i
+
+
+def test_ipython_lines_read_as_on_the_screen(term):
+    """IPython (prompt_toolkit) redraws its input line with cursor motion and reserves blank lines below it:
+    the viewport shows what the screen shows (it was 'In [1]: In [1]: 6*7In [1]: 6*7' and 34 empty lines)."""
+    import sys
+    r, elapsed = term(f"{sys.executable} -m IPython --no-banner --quick --colors=NoColor --no-confirm-exit")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("In [1]:"), r.viewport[-300:]
+    r, elapsed = term("6*7")
+    prompt(r, elapsed, "Out[1]: 42")
+    assert r.viewport.splitlines() == ["In [1]: 6*7", "Out[1]: 42", "", "In [2]:"], r.viewport
+    r, elapsed = term("exit")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r.viewport[-300:]
+    shell_gets_the_next_command(term)
