@@ -52,8 +52,12 @@ CURSOR_LEFT, CURSOR_RIGHT, ERASE_RIGHT, ERASE_LINE, DELETE_CHAR, INSERT_CHAR = \
     "\x0e", "\x0f", "\x10", "\x11", "\x12", "\x13"
 MARKS = CURSOR_LEFT + CURSOR_RIGHT + ERASE_RIGHT + ERASE_LINE + DELETE_CHAR + INSERT_CHAR
 _HAS_MARK = re.compile("[\x0e-\x13]")
-#: Longest single motion kept (a line is cut far below this anyway).
-MAX_MOTION = 4096
+#: Longest single motion kept (a terminal moves the cursor within one screen row), most marks made from
+#: one chunk (output is untrusted: ``CSI 1000C`` must not turn 7 bytes into 1000 marks without bound), and
+#: most reserved lines taken out.
+MAX_MOTION = 1024
+MAX_MARKS_PER_CHUNK = 65536
+MAX_RESERVED_LINES = 200
 _LINE_MOTION = re.compile(r"\x1b\[(\d{0,6})([CDGKJP@])")
 _CURSOR_UP = re.compile(r"\x1b\[(\d{0,6})A")
 #: What may fill lines a program reserved below its prompt: blanks, CRs, backspaces, colours.
@@ -78,11 +82,17 @@ def line_motion_marks(text: str) -> str:
         return text
     if "A" in text:
         text = _fold_reserved_lines(text)
-    return _LINE_MOTION.sub(_motion_mark, text)
+    budget = [MAX_MARKS_PER_CHUNK]
+
+    def mark(match: re.Match[str]) -> str:
+        marks = _motion_mark(match.group(1), match.group(2))
+        budget[0] -= len(marks)
+        return marks if budget[0] >= 0 else ""
+
+    return _LINE_MOTION.sub(mark, text)
 
 
-def _motion_mark(match: re.Match[str]) -> str:
-    number, final = match.group(1), match.group(2)
+def _motion_mark(number: str, final: str) -> str:
     if final in "KJ":
         kind = int(number or 0)
         return ERASE_RIGHT if kind == 0 else ERASE_LINE if (final, kind) == ("K", 2) else ""
@@ -98,7 +108,7 @@ def _fold_reserved_lines(text: str) -> str:
     pos = 0
     for match in _CURSOR_UP.finditer(text):
         count = int(match.group(1) or 1) or 1
-        start = _reserved_start(text, pos, match.start(), count)
+        start = _reserved_start(text, pos, match.start(), count) if count <= MAX_RESERVED_LINES else None
         if start is None:
             continue
         column = _column_after(text[text.rindex("\n", start, match.start()) + 1:match.start()])
@@ -173,7 +183,7 @@ def _play_line(raw: str) -> tuple[str, int]:
             elif ch in "\b" + CURSOR_LEFT:
                 column = max(0, column - 1)
             elif ch == CURSOR_RIGHT:
-                column = min(column + 1, MAX_MOTION)
+                column = min(column + 1, MAX_MOTION)  # (no further right than any screen row)
             elif ch == ERASE_RIGHT:
                 del cells[column:]
             elif ch == ERASE_LINE:

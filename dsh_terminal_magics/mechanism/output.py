@@ -218,20 +218,20 @@ class ScrollbackBuffer:
         self._extend(lines)
 
     def _finish(self, raw: str) -> str:
-        line = render_line(raw)
+        line = render_line(raw[: 4 * self.max_line_chars])  # (a longer line is cut anyway: bound the playing)
         if len(line) > self.max_line_chars:
             line = line[: self.max_line_chars] + self.LINE_CUT_MARKER
         return line
 
     def _set_partial(self, raw: str) -> None:
-        if "\b" in raw or has_marks(raw):  # played on a cursor (see render_line)
-            if len(raw) > COMPACT_MARKED_PARTIAL:
-                raw = compact_line(raw)
-        elif "\r" in raw:
+        played = "\b" in raw or has_marks(raw)  # played on a cursor (see render_line)
+        if not played and "\r" in raw:
             raw = _compact_partial(raw)
         if len(raw) > self.max_line_chars:
             raw = raw[: self.max_line_chars]
             self._partial_cut = True
+        if played and len(raw) > COMPACT_MARKED_PARTIAL:
+            raw = compact_line(raw)
         self._partial = raw
 
     def _extend(self, new: list[str]) -> None:
