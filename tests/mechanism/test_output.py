@@ -174,3 +174,13 @@ def test_escape_storms_in_any_chunking(atoms, step):
     for line in lines_of(parts):
         assert "\x1b" not in line
     assert whole.completed_lines == parts.completed_lines
+
+
+def test_cursor_motion_cannot_blow_up_the_text():
+    """Output is untrusted: 7 bytes of 'CSI 4096C' must not become 4096 characters without bound (20,000 of
+    them kept the loop busy for a minute)."""
+    from dsh_terminal_magics.ansi import MAX_MARKS_PER_CHUNK, MAX_MOTION
+    data = b"ab\x1b[4096C\x1b[4096D" * 20_000
+    text, _ = OutputNormalizer().feed(data)
+    assert len(text) <= 2 * 20_000 + MAX_MARKS_PER_CHUNK
+    assert render_line("x\x1b[99999C".replace("\x1b[99999C", "\x0f" * 99_999) + "y") == "x" + " " * (MAX_MOTION - 1) + "y"
