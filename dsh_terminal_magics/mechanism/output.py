@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import Callable, Iterator
 
-from ..ansi import ESCAPE as _ESCAPE, MARKS as _MARKS, UNFINISHED as _UNFINISHED, compact_line, has_marks, \
-    line_motion_marks, render_line
+from ..ansi import ESCAPE as _ESCAPE, UNFINISHED as _UNFINISHED, compact_line, has_marks, line_motion_marks, \
+    render_line, without_marks
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 _CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
 #: The same, sparing the cursor-motion marks (:func:`~..ansi.line_motion_marks`) made from escapes.
 _CONTROL_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x14-\x1f\x7f\x80-\x9f]")
-_DROP_MARKS = dict.fromkeys(map(ord, _MARKS))
 #: A partial line played on a cursor (backspaces, marks) longer than this is replayed into its shortest
 #: form (a spinner never ends).
 COMPACT_MARKED_PARTIAL = 1024
@@ -100,7 +99,7 @@ class OutputNormalizer:
             text = self._line_text(text)
         else:
             events.bells = text.count("\x07")
-            text = text.translate(_DROP_MARKS)  # (what is left of controls goes below; these would survive)
+            text = without_marks(text)  # (what is left of controls goes below; these would survive)
             if self.alternate:
                 text = ""
         if self.suppressed:
@@ -111,7 +110,7 @@ class OutputNormalizer:
         """Escapes removed (a line editor's cursor motion kept as marks); what a full-screen program drew on
         the alternate screen left out."""
         if "\x1b[?" not in text and not self.alternate:
-            return _ESCAPE.sub("", line_motion_marks(text.translate(_DROP_MARKS)))
+            return _ESCAPE.sub("", line_motion_marks(without_marks(text)))
         kept = []
         pos = 0
         for match in _SCREEN_MODE.finditer(text):
@@ -123,7 +122,7 @@ class OutputNormalizer:
             pos = match.end()
         if not self.alternate:
             kept.append(text[pos:])
-        return _ESCAPE.sub("", line_motion_marks("".join(kept).translate(_DROP_MARKS)))
+        return _ESCAPE.sub("", line_motion_marks(without_marks("".join(kept))))
 
     def _feed_plain(self, data: bytes) -> tuple[str, TerminalEvents]:
         """Fast path for chunks with no escape and no C1 control: delete controls as bytes."""
