@@ -70,6 +70,11 @@ def has_marks(text: str) -> bool:
     return any(mark in text for mark in MARKS)
 
 
+def plays_on_cursor(raw: str) -> bool:
+    """Whether :func:`render_line` plays this line on a cursor (backspaces or marks in it)."""
+    return "\b" in raw or has_marks(raw)
+
+
 def without_marks(text: str) -> str:
     """``text`` without mark characters of its own (a program's SO, SI, DLE, DC1-DC3 are not kept anyway)."""
     return text.translate(_DROP_MARKS) if has_marks(text) else text
@@ -77,7 +82,7 @@ def without_marks(text: str) -> str:
 
 def line_motion_marks(text: str) -> str:
     """Turn a line editor's cursor motion into marks :func:`render_line` applies (call before escapes are
-    stripped; ``text`` must hold no mark characters of its own).
+    stripped; mark characters the text held of its own are dropped first).
 
     ``CSI n D``/``C`` move left/right, ``CSI n G`` goes to column n, ``CSI K`` (and erase below, ``CSI J``)
     erases to the end of the line, ``CSI 2K`` the whole line, ``CSI n P``/``@`` delete/insert characters at
@@ -85,6 +90,7 @@ def line_motion_marks(text: str) -> str:
     back over in the same chunk (prompt_toolkit reserves room for its menus: 34 CRLFs, then ``CSI 34A``) are
     taken out, so the line history does not fill with them.
     """
+    text = without_marks(text)
     if "\x1b[" not in text:
         return text
     if "A" in text:
@@ -158,7 +164,7 @@ def render_line(raw: str) -> str:
     the terminal does: a CR or backspace moves it, later text overwrites, and
     blanks left at or after where it ends are dropped (``"\\b \\b"`` erases).
     """
-    if "\b" in raw or has_marks(raw):
+    if plays_on_cursor(raw):
         return _play_line(raw)[0]
     if "\r" in raw:
         head, _, last = raw.rstrip("\r").rpartition("\r")
@@ -217,7 +223,7 @@ def _play_line(raw: str) -> tuple[str, int]:
 
 #: C0/C1 controls other than TAB, LF, CR and BS (and the same sparing the marks).
 _OTHER_CONTROLS = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
-_CONTROLS_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x14-\x1f\x7f\x80-\x9f]")
+CONTROLS_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x14-\x1f\x7f\x80-\x9f]")
 
 
 def sanitize_stream(text: str, line_motion: bool = False) -> str:
@@ -230,31 +236,25 @@ def sanitize_stream(text: str, line_motion: bool = False) -> str:
     :func:`render_line` plays (for callers that render lines, never for text
     printed as it is).
     """
-    strip = _strip_controls
+    controls = _OTHER_CONTROLS
     if line_motion:
-        text = line_motion_marks(without_marks(text))
-        strip = _strip_controls_but_marks
+        text = line_motion_marks(text)
+        controls = CONTROLS_BUT_MARKS
     out: list[str] = []
     pos = 0
     for match in SGR.finditer(text):
-        out.append(strip(text[pos:match.start()]))
+        out.append(_strip_controls(text[pos:match.start()], controls))
         out.append(match.group())
         pos = match.end()
     rest = text[pos:]
     tail = UNFINISHED.search(rest)
     if tail is not None:
         rest = rest[: tail.start()]
-    out.append(strip(rest))
+    out.append(_strip_controls(rest, controls))
     return "".join(out).replace("\r\n", "\n")
 
 
-def _strip_controls(piece: str) -> str:
+def _strip_controls(piece: str, controls: re.Pattern[str]) -> str:
     if "\x1b" in piece or "\x9b" in piece:
         piece = ESCAPE.sub("", piece)
-    return _OTHER_CONTROLS.sub("", piece)
-
-
-def _strip_controls_but_marks(piece: str) -> str:
-    if "\x1b" in piece or "\x9b" in piece:
-        piece = ESCAPE.sub("", piece)
-    return _CONTROLS_BUT_MARKS.sub("", piece)
+    return controls.sub("", piece)

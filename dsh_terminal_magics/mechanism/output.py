@@ -22,15 +22,11 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import Callable, Iterator
 
-from ..ansi import ESCAPE as _ESCAPE, UNFINISHED as _UNFINISHED, compact_line, has_marks, line_motion_marks, \
-    render_line, without_marks
+from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ESCAPE as _ESCAPE, UNFINISHED as _UNFINISHED, \
+    compact_line, has_marks, line_motion_marks, plays_on_cursor, render_line, without_marks
 
 log = logging.getLogger(__name__)
 
-#: C0/C1 controls other than TAB, LF, CR and BS.
-_CONTROL = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
-#: The same, sparing the cursor-motion marks (:func:`~..ansi.line_motion_marks`) made from escapes.
-_CONTROL_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x14-\x1f\x7f\x80-\x9f]")
 #: A partial line played on a cursor (backspaces, marks) longer than this is replayed into its shortest
 #: form (a spinner never ends).
 COMPACT_MARKED_PARTIAL = 1024
@@ -110,7 +106,7 @@ class OutputNormalizer:
         """Escapes removed (a line editor's cursor motion kept as marks); what a full-screen program drew on
         the alternate screen left out."""
         if "\x1b[?" not in text and not self.alternate:
-            return _ESCAPE.sub("", line_motion_marks(without_marks(text)))
+            return _ESCAPE.sub("", line_motion_marks(text))
         kept = []
         pos = 0
         for match in _SCREEN_MODE.finditer(text):
@@ -122,7 +118,7 @@ class OutputNormalizer:
             pos = match.end()
         if not self.alternate:
             kept.append(text[pos:])
-        return _ESCAPE.sub("", line_motion_marks(without_marks("".join(kept))))
+        return _ESCAPE.sub("", line_motion_marks("".join(kept)))
 
     def _feed_plain(self, data: bytes) -> tuple[str, TerminalEvents]:
         """Fast path for chunks with no escape and no C1 control: delete controls as bytes."""
@@ -223,7 +219,7 @@ class ScrollbackBuffer:
         return line
 
     def _set_partial(self, raw: str) -> None:
-        played = "\b" in raw or has_marks(raw)  # played on a cursor (see render_line)
+        played = plays_on_cursor(raw)
         if not played and "\r" in raw:
             raw = _compact_partial(raw)
         if len(raw) > self.max_line_chars:

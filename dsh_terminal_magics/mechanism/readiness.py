@@ -566,14 +566,8 @@ class ReadinessProbe:
             return False
         if target != "/dev/tty" or terminal.rdev is None:
             return False
-        stat = self._files.read(f"/proc/{pid}/stat")
-        if stat is None:
-            return False
-        try:
-            tty_nr = int(stat[stat.rindex(b")") + 2:].split()[4])
-        except (ValueError, IndexError):
-            return False
-        return tty_nr == terminal.rdev
+        stat = self._stat(pid)
+        return stat is not None and stat.tty_nr == terminal.rdev
 
     def _wait_timeout(self, pid: int, name: str, args: list[int]) -> float | None:
         """A tty wait's timeout in seconds (``math.inf``: none), or None for a timer (under :data:`SHORT_WAIT`)."""
