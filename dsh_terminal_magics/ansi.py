@@ -222,7 +222,7 @@ def _play_line(raw: str) -> tuple[str, int]:
 
 
 #: C0/C1 controls other than TAB, LF, CR and BS (and the same sparing the marks).
-_OTHER_CONTROLS = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
+OTHER_CONTROLS = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
 CONTROLS_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x14-\x1f\x7f\x80-\x9f]")
 
 
@@ -236,7 +236,7 @@ def sanitize_stream(text: str, line_motion: bool = False) -> str:
     :func:`render_line` plays (for callers that render lines, never for text
     printed as it is).
     """
-    controls = _OTHER_CONTROLS
+    controls = OTHER_CONTROLS
     if line_motion:
         text = line_motion_marks(text)
         controls = CONTROLS_BUT_MARKS

@@ -11,12 +11,12 @@ import html
 import re
 from typing import TYPE_CHECKING
 
-from ..ansi import BASIC_COLOURS, DEFAULT_BG, DEFAULT_FG, SGR as _SGR, render_line, sanitize_stream, xterm_256
+from ..ansi import BASIC_COLOURS, DEFAULT_BG, DEFAULT_FG, OTHER_CONTROLS as _OTHER_CONTROLS, SGR as _SGR, \
+    render_line, sanitize_stream, xterm_256
 
 if TYPE_CHECKING:
     import pyte
 
-_OTHER_CONTROLS = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
 #: Most parameters of one SGR sequence that are applied, and most digits of one parameter.
 MAX_SGR_PARAMS = 32
 MAX_SGR_DIGITS = 8
