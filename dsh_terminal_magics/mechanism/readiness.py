@@ -22,6 +22,15 @@ command does.  A thread waiting on both is looked through: the answer is the
 inner terminal's - the same rules applied to its foreground group and its
 pts, found from the processes under the relay (their controlling terminal and
 its foreground group, from ``stat``), relays inside relays included.
+
+**Readers outside the group.**  A program may ask through a helper that is
+not in the foreground group at all: ``gpg`` waits on its agent's socket while
+``pinentry-curses``, started by the agent (a daemon in a session of its own),
+opens the terminal by its name and reads the passphrase.  When every thread of
+the group is asleep and none reads the tty, the processes the session started
+are looked at too (the program's root's descendants: orphans stay in that
+tree, adopted by the session's subreaper or its namespace's init); a fresh
+read wait on this tty among them is the answer, fenced like the group's.
 """
 from __future__ import annotations
 
@@ -121,6 +130,10 @@ class ReadinessProbe:
         #: PTY masters among the fds of the wait just read; processes found under relays by this check.
         self._masters: list[int] = []
         self._relayed: list[int] = []
+        #: The process the session started (a wrapper, or the program): everything the session runs is under
+        #: it.  Readers of our tty found under it outside the foreground group by the last check.
+        self._root_pid = leader_pid
+        self._outside: list[int] = []
         #: Whether the last "waiting" verdict was seen through a relay (its output may still be in transit).
         self.through_relay = False
         self._timeout = 0.0
@@ -176,7 +189,8 @@ class ReadinessProbe:
             fence.schedstat = dict(ready[1])
             return fence
         self._tasks = {}
-        for pid in [*self.group_members(pgid), *self._relayed]:  # (behind a relay, its command's threads too)
+        # (behind a relay, its command's threads too; and readers of the tty outside the group)
+        for pid in [*self.group_members(pgid), *self._relayed, *self._outside]:
             for tid in self._threads(pid):
                 stat = self._schedstat(pid, tid)
                 if stat is not None:
@@ -212,6 +226,7 @@ class ReadinessProbe:
         self._tasks = {}
         self._leader_stat = None
         self._relayed = []
+        self._outside = []
         self.through_relay = False
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
             leader = self._stat(pgid, pgid)
@@ -224,7 +239,10 @@ class ReadinessProbe:
             self._leader_stat = (pgid, leader) if leader is not None else None
         members = self.group_members(pgid)
         self._last_sample = (pgid, {})
-        if members and self._group_verdict(members, fence) is True:
+        state = self._group_state(members, fence) if members else None
+        if state == "idle":
+            state = self._outside_reader(members, fence)
+        if state == "tty":
             self._ready_sample = self._last_sample
             return self._timeout
         return None
@@ -407,6 +425,12 @@ class ReadinessProbe:
 
     def _group_verdict(self, pids: list[int], fence: Fence) -> bool | None:
         """True: someone reads the tty freshly and nobody runs; False: not ready; None: nobody seen."""
+        state = self._group_state(pids, fence)
+        return None if state is None else state == "tty"
+
+    def _group_state(self, pids: list[int], fence: Fence) -> str | None:
+        """``"tty"``: someone reads the tty freshly and nobody runs; ``"busy"``: someone runs, or waits in a
+        way that is not a fresh prompt; ``"idle"``: everyone is asleep on something else; None: nobody seen."""
         reading = False
         seen = False
         for pid in pids:
@@ -418,12 +442,36 @@ class ReadinessProbe:
                 if state == "running":
                     self.running_thread = (pid, tid)
                 if state in ("busy", "running"):
-                    return False
+                    return "busy"
                 if state == "tty":
                     reading = True
         if not seen:
             return None
-        return reading
+        return "tty" if reading else "idle"
+
+    def _outside_reader(self, members: list[int], fence: Fence) -> str:
+        """``"tty"`` when a process the session runs outside the foreground group (``pinentry`` under
+        ``gpg-agent``) freshly waits to read this tty, else ``"idle"`` (see the module docstring).  Only
+        sleepers are looked at, and only their waits: what else runs outside the group is not our business.
+        Only processes in another session than the group's count: for the rest this tty is their controlling
+        terminal, and job control stops a background job that reads it (one that polls it, ``ssh host cmd &``,
+        is not waiting for us)."""
+        group_stat = self._stat(members[0]) if members and not self._relay_depth else None
+        if group_stat is None:
+            return "idle"
+        skip = {*members, *self.wrappers}
+        for pid in self._descendants(self._root_pid):
+            stat = self._stat(pid) if pid not in skip else None
+            if stat is None or stat.gone or stat.state != "S" or stat.session == group_stat.session:
+                continue
+            for tid in self._threads(pid):
+                syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
+                self._masters = []
+                if syscall is None or not self._waits_on_tty(pid, syscall) or self._masters:
+                    continue
+                if self._thread_state(pid, tid, fence) == "tty":
+                    self._outside.append(pid)
+        return "tty" if self._outside else "idle"
 
     def _thread_state(self, pid: int, tid: int, fence: Fence) -> str | None:
         """``"tty"`` (fresh read wait on our tty), ``"running"`` (on a CPU, or ran while sampled), ``"busy"``

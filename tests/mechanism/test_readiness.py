@@ -533,3 +533,62 @@ def test_a_shell_inside_a_relay_is_waited_on_like_ours(manager, agent, shell):
         assert r.wait_reason == "stdin_read" and "done-42" in r.viewport, r
     r = send(manager, agent, shell, "exit", idle=20)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
+
+
+#: A program that asks through a helper outside its group (gpg and pinentry): the helper daemonizes (a session
+#: of its own), sleeps, opens the terminal by its name and asks twice; the program waits on a socket meanwhile.
+DAEMON_ASKS = """\
+import os, socket, sys, time
+ask, answer = socket.socketpair()
+tty = os.ttyname(0)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(0.5)
+        fd = os.open(tty, os.O_RDWR | os.O_NOCTTY)
+        for question in (b"Secret: ", b"Again: "):
+            os.write(fd, question)
+            answer.send(os.read(fd, 100).strip() + b";")
+        os._exit(0)
+    os._exit(0)
+os.wait()
+answer.close()
+got = b""
+while got.count(b";") < 2:
+    got += ask.recv(100)
+print("helper got", got.decode())
+"""
+
+
+@pytest.mark.parametrize("contained", [False, True], ids=["plain", "in a pid namespace"])
+def test_a_reader_outside_the_group_is_the_prompt(contained, tmp_path):
+    """``gpg`` waits on its agent while ``pinentry``, the agent's child in a session of its own, reads the
+    terminal by its name: that read is the prompt (it came back ``inferred_idle`` after the idle window), and
+    only once it comes: not while the helper sleeps, and not the helper's previous read after our answer."""
+    import time
+
+    from dsh_terminal_magics import Agent, TerminalTools
+    from dsh_terminal_magics.tools import sandbox_problem
+    if contained and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
+        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
+    script = tmp_path / "asks.py"
+    script.write_text(DAEMON_ASKS)
+    tools = TerminalTools({"containment": "namespace" if contained else "tracking"})
+    agent = Agent("outside")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+
+        def call(text):
+            return tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 20, "timeout": 30},
+                              agent=agent)
+        started = time.monotonic()
+        r = call(f"{sys.executable} {script}")
+        assert r.wait_reason == "stdin_read" and r.viewport.endswith("Secret: "), r
+        assert 0.5 <= time.monotonic() - started < 10
+        r = call("one")
+        assert r.wait_reason == "stdin_read" and r.viewport.endswith("Again: "), r
+        r = call("two")
+        assert r.wait_reason == "stdin_read" and "helper got one;two;" in r.viewport, r
+        assert r.viewport.endswith("$ ") and r.exit_code == 0, r
+    finally:
+        tools.shutdown()

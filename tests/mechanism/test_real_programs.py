@@ -15,7 +15,7 @@ PROMPT_WITHIN = 1.5
 
 needs = {name: pytest.mark.skipif(shutil.which(name) is None and not os.environ.get("CI"),
                                   reason=f"{name} is not installed (CI installs it)")
-         for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl")}
+         for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl", "gpg", "pinentry-curses")}
 
 
 @pytest.fixture
@@ -84,6 +84,27 @@ def test_openssl_passwd_prompts(term):
     prompt(r, t, "Verifying - Password:")
     r, t = term("pw")
     assert "$6$" in r.viewport and r.exit_code == 0
+    shell_gets_the_next_command(term)
+
+
+@needs["gpg"]
+@needs["pinentry-curses"]
+def test_gpg_asks_through_pinentry_started_by_its_agent(term, tmp_path):
+    """``gpg -c`` waits on its agent's socket; the passphrase dialog is ``pinentry-curses``, a child of the
+    agent (a daemon), drawing on and reading the terminal named by ``GPG_TTY``.  Each dialog is a prompt."""
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    (home / "gpg-agent.conf").write_text("pinentry-program " + shutil.which("pinentry-curses") + "\n")
+    (tmp_path / "plain.txt").write_text("secret\n")
+    r, t = term(f"export GNUPGHOME={home} GPG_TTY=$(tty); gpg -c plain.txt", idle=20)
+    assert r.wait_reason == "stdin_read" and "assphrase" in r.viewport, r.viewport[-300:]
+    for _ in range(2):  # the passphrase, then again to confirm
+        r, t = term("Long-enough-Passphrase-42!", submit=False, keys=["Enter"], idle=20)
+        assert r.wait_reason == "stdin_read", r.viewport[-300:]
+    assert r.viewport.rstrip().endswith("$"), r.viewport[-300:]
+    assert (tmp_path / "plain.txt.gpg").exists()
+    r, t = term("gpgconf --kill gpg-agent; echo killed", idle=20)
+    assert "killed" in r.viewport
     shell_gets_the_next_command(term)
 
 
