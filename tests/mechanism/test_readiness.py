@@ -592,3 +592,30 @@ def test_a_reader_outside_the_group_is_the_prompt(contained, tmp_path):
         assert r.viewport.endswith("$ ") and r.exit_code == 0, r
     finally:
         tools.shutdown()
+
+
+@pytest.mark.parametrize("contained", [False, True], ids=["plain", "in a pid namespace"])
+def test_a_background_job_polling_the_terminal_is_not_the_prompt(contained):
+    """A job of the shell's own session that polls the terminal (``ssh host cmd &`` does) is not waiting for
+    us - job control stops it when it reads.  (Looked at as a reader outside the group, it ended ``sleep 2``
+    at the first full check, a second in.)"""
+    import time
+
+    from dsh_terminal_magics import Agent, TerminalTools
+    from dsh_terminal_magics.tools import sandbox_problem
+    if contained and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
+        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
+    tools = TerminalTools({"containment": "namespace" if contained else "tracking"})
+    agent = Agent("poller")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        poller = f"{sys.executable} -c 'import select, sys; select.select([sys.stdin], [], [], 60)'"
+        started = time.monotonic()
+        r = tools.call("terminal_send", {"sessionId": sid, "text": f"{poller} & sleep 2; echo slept", "idle": 20},
+                       agent=agent)
+        assert r.wait_reason == "stdin_read" and "slept" in r.viewport, r
+        assert time.monotonic() - started >= 2.0
+        r = tools.call("terminal_send", {"sessionId": sid, "text": "kill %1; echo killed"}, agent=agent)
+        assert "killed" in r.viewport, r
+    finally:
+        tools.shutdown()
