@@ -460,16 +460,20 @@ class ReadinessProbe:
         if group_stat is None:
             return "idle"
         skip = {*members, *self.wrappers}
+        sample = self._last_sample[1] if self._last_sample is not None else {}
         for pid in self._descendants(self._root_pid):
             stat = self._stat(pid) if pid not in skip else None
-            if stat is None or stat.gone or stat.state != "S" or stat.session == group_stat.session:
+            if stat is None or stat.gone or stat.session == group_stat.session or stat.state not in "RDS":
                 continue
-            for tid in self._threads(pid):
-                syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
+            # Every thread looked at joins the sample, so that a later look at the group alone (a quiet tick)
+            # still notices when one runs - or that it ran: on a CPU, it may read the tty the moment after.
+            for tid in [pid] if stat.state != "S" else self._threads(pid):
+                before = self._schedstat(pid, tid) if stat.state == "S" else None
+                syscall = self._text(f"/proc/{pid}/task/{tid}/syscall") if before is not None else None
                 self._masters = []
-                if syscall is None or not self._waits_on_tty(pid, syscall) or self._masters:
-                    continue
-                if self._thread_state(pid, tid, fence) == "tty":
+                waits = self._waits_on_tty(pid, syscall) if syscall is not None else None
+                sample[(pid, tid)] = _UNSETTLED if waits is None or before is None else before
+                if waits and not self._masters and self._thread_state(pid, tid, fence) == "tty":
                     self._outside.append(pid)
         return "tty" if self._outside else "idle"
 

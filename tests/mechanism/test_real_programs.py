@@ -108,6 +108,18 @@ def test_gpg_asks_through_pinentry_started_by_its_agent(term, tmp_path):
     shell_gets_the_next_command(term)
 
 
+def test_setsid_w_runs_its_program_in_a_session_of_its_own(term):
+    """``setsid -w``'s program has no controlling terminal but reads ours on fd 0; ``setsid`` waits in
+    ``wait4``.  The read is seen as soon as it starts, also after the program slept (it was seen only at the
+    next full check, up to a second later: nothing of the foreground group ran)."""
+    r, t = term("setsid -w python3 -c \"import time; time.sleep(1.5); print('got', input('q? '))\"", idle=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("q? "), r.viewport[-300:]
+    assert 1.5 <= t < 2.0, t
+    r, t = term("abc")
+    assert "got abc" in r.viewport and r.viewport.endswith("$ "), r.viewport[-300:]
+    shell_gets_the_next_command(term)
+
+
 @needs["git"]
 @needs["vim"]
 def test_git_commit_with_vim_as_editor(term):
