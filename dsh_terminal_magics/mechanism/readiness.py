@@ -80,6 +80,9 @@ _PTY_MASTERS = ("/dev/ptmx", "/dev/pts/ptmx")
 #: Relays inside relays followed (``sudo`` inside ``script``), and processes looked at under one relay.
 MAX_RELAY_DEPTH = 3
 MAX_RELAY_PROCESSES = 256
+#: Most often the processes outside the foreground group are looked at (seconds between looks): each look
+#: walks the session's tree, and what the session started is untrusted (200 daemons made every look 20 ms).
+OUTSIDE_GAP = 0.1
 #: The device numbers of Unix98 pty slaves: majors 136-143.
 _PTS_MAJORS = range(136, 144)
 
@@ -134,6 +137,12 @@ class ReadinessProbe:
         #: it.  Readers of our tty found under it outside the foreground group by the last check.
         self._root_pid = leader_pid
         self._outside: list[int] = []
+        #: When the processes outside the group were last looked at, and whether another look is owed: the
+        #: last one found one of them on a CPU, was put off (too soon), or output came since.
+        self._outside_at = -math.inf
+        self._outside_owed = False
+        #: The readers the last walk found (a look too soon for another walk looks at them again).
+        self._outside_found: list[int] = []
         #: Whether the last "waiting" verdict was seen through a relay (its output may still be in transit).
         self.through_relay = False
         self._timeout = 0.0
@@ -254,7 +263,14 @@ class ReadinessProbe:
         running, which is why callers still check in full now and then.
         """
         last = self._last_sample
+        if self._outside_owed and time.monotonic() - self._outside_at >= OUTSIDE_GAP:
+            return False  # (a look outside the group is owed and due: it comes with a full check)
         return last is not None and self._group_unchanged(*last)
+
+    def output_arrived(self) -> None:
+        """The session read output: if it came from outside the group (a helper's prompt), a look there is
+        owed even though no thread of the group ran."""
+        self._outside_owed = True
 
     def nothing_ran_since(self, fence: Fence) -> bool:
         """Whether no thread of ``fence``'s sample has run since it was taken and its group still has the
@@ -455,25 +471,39 @@ class ReadinessProbe:
         sleepers are looked at, and only their waits: what else runs outside the group is not our business.
         Only processes in another session than the group's count: for the rest this tty is their controlling
         terminal, and job control stops a background job that reads it (one that polls it, ``ssh host cmd &``,
-        is not waiting for us)."""
+        is not waiting for us).
+
+        Looks come at most every :data:`OUTSIDE_GAP` seconds; one that finds such a process on a CPU (it may
+        read the tty the moment after), or is put off, owes the next (see :meth:`unchanged_since_last_check`).
+        """
         group_stat = self._stat(members[0]) if members and not self._relay_depth else None
         if group_stat is None:
             return "idle"
+        now = time.monotonic()
+        if now - self._outside_at < OUTSIDE_GAP:  # too soon for a walk: the readers it found, again
+            self._outside_owed = True
+            for pid in self._outside_found:
+                if any(self._thread_state(pid, tid, fence) == "tty" for tid in self._threads(pid)):
+                    self._outside.append(pid)
+            return "tty" if self._outside else "idle"
+        self._outside_at, self._outside_owed = now, False
+        self._outside_found = self._outside
         skip = {*members, *self.wrappers}
-        sample = self._last_sample[1] if self._last_sample is not None else {}
         for pid in self._descendants(self._root_pid):
             stat = self._stat(pid) if pid not in skip else None
-            if stat is None or stat.gone or stat.session == group_stat.session or stat.state not in "RDS":
+            if stat is None or stat.gone or stat.session == group_stat.session:
                 continue
-            # Every thread looked at joins the sample, so that a later look at the group alone (a quiet tick)
-            # still notices when one runs - or that it ran: on a CPU, it may read the tty the moment after.
-            for tid in [pid] if stat.state != "S" else self._threads(pid):
-                before = self._schedstat(pid, tid) if stat.state == "S" else None
-                syscall = self._text(f"/proc/{pid}/task/{tid}/syscall") if before is not None else None
+            if stat.state in "RD":
+                self._outside_owed = True
+            if stat.state != "S":
+                continue
+            for tid in self._threads(pid):
+                syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
                 self._masters = []
                 waits = self._waits_on_tty(pid, syscall) if syscall is not None else None
-                sample[(pid, tid)] = _UNSETTLED if waits is None or before is None else before
-                if waits and not self._masters and self._thread_state(pid, tid, fence) == "tty":
+                if waits is None:
+                    self._outside_owed = True
+                elif waits and not self._masters and self._thread_state(pid, tid, fence) == "tty":
                     self._outside.append(pid)
         return "tty" if self._outside else "idle"
 

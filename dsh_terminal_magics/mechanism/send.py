@@ -319,6 +319,8 @@ class SendOperation:
         if activity != self._activity:
             if activity[1] != self._activity[1]:  # the next program starts within milliseconds
                 self._burst_until = now + EXIT_BURST
+            if activity[0] != self._activity[0] and session.probe is not None:
+                session.probe.output_arrived()
             self._activity, self._event_at = activity, now
             self._spins, self._tick = SPIN_CHECKS, MIN_TICK
 

@@ -619,3 +619,31 @@ def test_a_background_job_polling_the_terminal_is_not_the_prompt(contained):
         assert "killed" in r.viewport, r
     finally:
         tools.shutdown()
+
+
+def test_processes_outside_the_group_are_walked_at_a_bounded_rate(manager, agent, shell):
+    """Looking outside the group walks the session's tree, and what the session started is untrusted: busy
+    daemons of other sessions (each waking every 10 ms) get one walk per :data:`OUTSIDE_GAP` at most while a
+    silent command runs (200 such daemons made every check a 20 ms walk: 43% of a core)."""
+    from dsh_terminal_magics.mechanism.readiness import OUTSIDE_GAP
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe = session.probe
+    walks = []
+
+    def instrument(on: bool):
+        if on:
+            original = probe._descendants
+            probe._descendants = lambda pid: walks.append(pid) or original(pid)
+        else:
+            del probe._descendants
+    waker = f"{sys.executable} -c 'import time\nwhile True: time.sleep(0.01)'"
+    r = send(manager, agent, shell, f"for i in 1 2 3 4 5 6 7 8; do setsid {waker} & done; sleep 0.5", idle=20)
+    assert r.wait_reason == "stdin_read", r
+    manager.loop_thread.call(instrument, True)
+    try:
+        r = send(manager, agent, shell, "sleep 2", idle=20)
+    finally:
+        manager.loop_thread.call(instrument, False)
+    assert r.wait_reason == "stdin_read", r
+    assert 2 <= len(walks) <= 2.5 / OUTSIDE_GAP, len(walks)
+    assert "N-42" in send(manager, agent, shell, "echo N-$((6*7))").viewport  # (closing ends the daemons)
