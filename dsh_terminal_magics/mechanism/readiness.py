@@ -141,6 +141,8 @@ class ReadinessProbe:
         #: last one found one of them on a CPU, was put off (too soon), or output came since.
         self._outside_at = -math.inf
         self._outside_owed = False
+        #: Whether the last check found every thread of the group asleep, none reading the tty.
+        self._group_idle = False
         #: The readers the last walk found (a look too soon for another walk looks at them again).
         self._outside_found: list[int] = []
         #: Whether the last "waiting" verdict was seen through a relay (its output may still be in transit).
@@ -249,6 +251,7 @@ class ReadinessProbe:
         members = self.group_members(pgid)
         self._last_sample = (pgid, {})
         state = self._group_state(members, fence) if members else None
+        self._group_idle = state == "idle"
         if state == "idle":
             state = self._outside_reader(members, fence)
         if state == "tty":
@@ -263,8 +266,8 @@ class ReadinessProbe:
         running, which is why callers still check in full now and then.
         """
         last = self._last_sample
-        if self._outside_owed and time.monotonic() - self._outside_at >= OUTSIDE_GAP:
-            return False  # (a look outside the group is owed and due: it comes with a full check)
+        if self._group_idle and self._outside_owed and time.monotonic() - self._outside_at >= OUTSIDE_GAP:
+            return False  # (a look outside the idle group is owed and due: it comes with a full check)
         return last is not None and self._group_unchanged(*last)
 
     def output_arrived(self) -> None:
