@@ -89,11 +89,15 @@ _PTS_MAJORS = range(136, 144)
 
 @dataclass(frozen=True)
 class _Terminal:
-    """A terminal as a check matches it: its path as ``/proc/PID/fd`` links show it, and its device number as
-    ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal (for ``/dev/tty``)."""
+    """A terminal as a check matches it: its path as ``/proc/PID/fd`` links show it, its device number as
+    ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal (for ``/dev/tty``), and the identity of its
+    node (``st_dev``, ``st_ino``), which matches it under any other name: a sandbox's private ``/dev`` shows
+    it as ``/dev/console`` (``ttyname`` there, so ``GPG_TTY``), and a pts of another devpts instance may
+    share its path and number but not its node."""
 
     path: str
     rdev: int | None
+    node: tuple[int, int] | None = None
 
 
 @dataclass
@@ -128,7 +132,7 @@ class ReadinessProbe:
         except OSError:
             self.tty_rdev = None
         #: The terminal the check is looking at: ours, or the inner one of a relay (see the module docstring).
-        self._terminal = _Terminal(tty_path, self.tty_rdev)
+        self._terminal = _Terminal(tty_path, self.tty_rdev, _node(tty_path) if tty_path else None)
         self._relay_depth = 0
         #: PTY masters among the fds of the wait just read; processes found under relays by this check.
         self._masters: list[int] = []
@@ -506,7 +510,7 @@ class ReadinessProbe:
                 waits = self._waits_on_tty(pid, syscall) if syscall is not None else None
                 if waits is None:
                     self._outside_owed = True
-                elif waits and not self._masters and self._thread_state(pid, tid, fence) == "tty":
+                elif waits and self._thread_state(pid, tid, fence) == "tty":  # (a relay: tmux's server)
                     self._outside.append(pid)
         return "tty" if self._outside else "idle"
 
@@ -645,14 +649,16 @@ class ReadinessProbe:
             return False
         terminal = self._terminal
         if target == terminal.path:
-            return True
+            return terminal.node is None or _node(f"/proc/{pid}/fd/{fd}") == terminal.node
         if target in _PTY_MASTERS:
             self._masters.append(fd)
             return False
-        if target != "/dev/tty" or terminal.rdev is None:
-            return False
-        stat = self._stat(pid)
-        return stat is not None and stat.tty_nr == terminal.rdev
+        if target == "/dev/tty":
+            stat = self._stat(pid) if terminal.rdev is not None else None
+            return stat is not None and stat.tty_nr == terminal.rdev
+        # Another name for the same node (a bind mount)?  Only device paths are looked at (not pipes, sockets).
+        return target.startswith("/dev/") and terminal.node is not None \
+            and _node(f"/proc/{pid}/fd/{fd}") == terminal.node
 
     def _wait_timeout(self, pid: int, name: str, args: list[int]) -> float | None:
         """A tty wait's timeout in seconds (``math.inf``: none), or None for a timer (under :data:`SHORT_WAIT`)."""
@@ -698,6 +704,15 @@ class ReadinessProbe:
         for fd in fds:
             found = self._is_tty(pid, fd) or found
         return found and self._waiting(seconds)
+
+
+def _node(path: str) -> tuple[int, int] | None:
+    """The identity (``st_dev``, ``st_ino``) of the file at ``path`` (``/proc/PID/fd/N``: the open file's)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _pts_index(rdev: int) -> int | None:

@@ -79,7 +79,10 @@ class Sandbox:
             return [bwrap, "--dev-bind", "/", "/", "--proc", "/proc", "--unshare-pid", "--die-with-parent",
                     "--chdir", cwd, "--", *argv], []
         filter_fd = seccomp_filter_fd()
-        args = [bwrap, "--ro-bind", "/", "/", "--dev-bind", "/dev", "/dev", "--proc", "/proc",
+        # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
+        # /dev/console): the host's would let the session read and write other sessions' terminals - and
+        # raw disks, whatever the read-only binds say.
+        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                 "--tmpfs", "/tmp", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
                 "--seccomp", str(filter_fd)]
         if not self.network:

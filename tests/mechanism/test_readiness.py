@@ -647,3 +647,38 @@ def test_processes_outside_the_group_are_walked_at_a_bounded_rate(manager, agent
     assert r.wait_reason == "stdin_read", r
     assert 2 <= len(walks) <= 2.5 / OUTSIDE_GAP, len(walks)
     assert "N-42" in send(manager, agent, shell, "echo N-$((6*7))").viewport  # (closing ends the daemons)
+
+
+@pytest.mark.parametrize("contained", [False, True], ids=["plain", "in a pid namespace"])
+def test_tmux_is_looked_through_to_its_pane(contained, tmp_path):
+    """The tmux client only talks to its server; the server - a daemon, outside the group - reads our
+    terminal and relays it to the pane's pts.  The pane's program is what is waited on: ``sleep`` is not a
+    prompt, the shell after it is.  (It came back ``inferred_idle`` after the idle window every time.)"""
+    import shutil
+    import time
+
+    from dsh_terminal_magics import Agent, TerminalTools
+    from dsh_terminal_magics.tools import sandbox_problem
+    if shutil.which("tmux") is None and not __import__("os").environ.get("CI"):
+        pytest.skip("tmux is not installed (CI installs it)")
+    if contained and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
+        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
+    tools = TerminalTools({"containment": "namespace" if contained else "tracking"})
+    agent = Agent("tmux")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+
+        def call(text):
+            started = time.monotonic()
+            r = tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 20, "timeout": 30},
+                           agent=agent)
+            return r, time.monotonic() - started
+        r, _ = call(f"tmux -f /dev/null -S {tmp_path}/sock new -s t")
+        assert r.wait_reason == "stdin_read" and r.screen is not None, r
+        r, elapsed = call("sleep 1; echo slept-$((6*7))")
+        assert r.wait_reason == "stdin_read" and "slept-42" in r.viewport, r
+        assert 1.0 <= elapsed < 10
+        r, _ = call("exit")
+        assert r.wait_reason == "stdin_read" and r.viewport.rstrip().endswith("$"), r
+    finally:
+        tools.shutdown()

@@ -60,6 +60,24 @@ def test_workspace_write_confines_writes_network_and_injection(sandboxed, tmp_pa
     assert int(r.viewport.splitlines()[1]) < 10
 
 
+def test_a_sandboxed_session_cannot_reach_another_sessions_terminal(sandboxed):
+    """The sandbox's /dev is its own: no other session's pts to write into (spoofing its screen) or read
+    from (taking its keystrokes), no raw disks.  Its own terminal is ``/dev/console`` there (``ttyname``
+    works), and a program reading it by that name is a prompt like any other."""
+    tools, agent, opened, work, send = sandboxed()
+    other = Agent("other")
+    victim = tools.call("terminal_open", {"type": "shell"}, agent=other).session_id
+    victim_tty = tools.manager.loop_thread.call(tools.manager.session, other, victim).child.tty_path
+    r = send(f"ls /dev/pts; echo spoofed > {victim_tty}; echo rc=$?; tty")
+    assert "rc=1" in r.viewport and r.viewport.splitlines()[1] == "ptmx", r.viewport
+    assert r.viewport.splitlines()[-2] == "/dev/console", r.viewport
+    assert "spoofed" not in tools.call("terminal_read", {"sessionId": victim}, agent=other).text
+    assert "No such file" in send("ls /dev/vda /dev/sda /dev/nvme0n1 2>&1 | head -1").viewport
+    r = send("python3 -c \"print('got', open('/dev/console').readline().strip())\"", idle=20)
+    assert r.wait_reason == "stdin_read", r
+    assert "got abc" in send("abc").viewport
+
+
 def test_read_only_mode(sandboxed):
     tools, agent, opened, work, send = sandboxed("read-only")
     r = send("echo x > here.txt; echo rc=$?; echo y > /tmp/t && cat /tmp/t")
