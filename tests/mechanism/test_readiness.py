@@ -483,6 +483,29 @@ def test_a_repl_sees_the_program_it_started_in_its_own_group(contained):
         tools.shutdown()
 
 
+@pytest.fixture(params=[False, True], ids=["plain", "in a pid namespace"])
+def contained_shell(request):
+    """A shell session under process tracking or in a pid namespace, and ``call(text)``: a send with a 20 s
+    idle window (so an observed prompt cannot be the idle window ending) that returns the result and the
+    seconds it took."""
+    import time
+
+    from dsh_terminal_magics import Agent, TerminalTools
+    from dsh_terminal_magics.tools import sandbox_problem
+    if request.param and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
+        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
+    tools = TerminalTools({"containment": "namespace" if request.param else "tracking"})
+    agent = Agent("contained")
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+
+    def call(text):
+        started = time.monotonic()
+        r = tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 20, "timeout": 30}, agent=agent)
+        return r, time.monotonic() - started
+    yield call
+    tools.shutdown()
+
+
 RELAYS = {
     "script": "script -qc 'sh {script}' /dev/null",
     "pty.spawn": sys.executable + " -c \"import pty; pty.spawn(['sh', '{script}'])\"",
@@ -490,38 +513,20 @@ RELAYS = {
 }
 
 
-@pytest.mark.parametrize("contained", [False, True], ids=["plain", "in a pid namespace"])
 @pytest.mark.parametrize("relay", list(RELAYS))
-def test_a_relay_is_looked_through_to_its_command(relay, contained, tmp_path):
+def test_a_relay_is_looked_through_to_its_command(relay, contained_shell, tmp_path):
     """``script``, ``sudo`` and ``pty.spawn`` run their command on a terminal of their own and wait on ours
     all the time: the wait is the command's, on the inner terminal.  (They came back as ``stdin_read`` at
     once, while the command still slept.)"""
-    import time
-
-    from dsh_terminal_magics import Agent, TerminalTools
-    from dsh_terminal_magics.tools import sandbox_problem
-    if contained and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
-        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
     script = tmp_path / "inner.sh"
     script.write_text("sleep 1; echo slept; read -p 'inner> ' x; echo got-$x\n")
-    tools = TerminalTools({"containment": "namespace" if contained else "tracking"})
-    agent = Agent("relay")
-    try:
-        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-
-        def call(text):
-            return tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 20, "timeout": 30},
-                              agent=agent)
-        started = time.monotonic()
-        r = call(RELAYS[relay].format(script=script))
-        assert r.wait_reason == "stdin_read", r
-        assert "slept" in r.viewport and r.viewport.endswith("inner> "), r  # not before the sleep ended
-        assert time.monotonic() - started >= 1.0
-        r = call("abc")
-        assert r.wait_reason == "stdin_read" and "got-abc" in r.viewport, r
-        assert r.viewport.endswith("$ ") and r.exit_code == 0, r  # the relay ended: our shell's prompt
-    finally:
-        tools.shutdown()
+    r, elapsed = contained_shell(RELAYS[relay].format(script=script))
+    assert r.wait_reason == "stdin_read", r
+    assert "slept" in r.viewport and r.viewport.endswith("inner> "), r  # not before the sleep ended
+    assert elapsed >= 1.0
+    r, _ = contained_shell("abc")
+    assert r.wait_reason == "stdin_read" and "got-abc" in r.viewport, r
+    assert r.viewport.endswith("$ ") and r.exit_code == 0, r  # the relay ended: our shell's prompt
 
 
 def test_a_shell_inside_a_relay_is_waited_on_like_ours(manager, agent, shell):
@@ -560,65 +565,30 @@ print("helper got", got.decode())
 """
 
 
-@pytest.mark.parametrize("contained", [False, True], ids=["plain", "in a pid namespace"])
-def test_a_reader_outside_the_group_is_the_prompt(contained, tmp_path):
+def test_a_reader_outside_the_group_is_the_prompt(contained_shell, tmp_path):
     """``gpg`` waits on its agent while ``pinentry``, the agent's child in a session of its own, reads the
     terminal by its name: that read is the prompt (it came back ``inferred_idle`` after the idle window), and
     only once it comes: not while the helper sleeps, and not the helper's previous read after our answer."""
-    import time
-
-    from dsh_terminal_magics import Agent, TerminalTools
-    from dsh_terminal_magics.tools import sandbox_problem
-    if contained and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
-        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
     script = tmp_path / "asks.py"
     script.write_text(DAEMON_ASKS)
-    tools = TerminalTools({"containment": "namespace" if contained else "tracking"})
-    agent = Agent("outside")
-    try:
-        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-
-        def call(text):
-            return tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 20, "timeout": 30},
-                              agent=agent)
-        started = time.monotonic()
-        r = call(f"{sys.executable} {script}")
-        assert r.wait_reason == "stdin_read" and r.viewport.endswith("Secret: "), r
-        assert 0.5 <= time.monotonic() - started < 10
-        r = call("one")
-        assert r.wait_reason == "stdin_read" and r.viewport.endswith("Again: "), r
-        r = call("two")
-        assert r.wait_reason == "stdin_read" and "helper got one;two;" in r.viewport, r
-        assert r.viewport.endswith("$ ") and r.exit_code == 0, r
-    finally:
-        tools.shutdown()
+    r, elapsed = contained_shell(f"{sys.executable} {script}")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("Secret: "), r
+    assert 0.5 <= elapsed < 10
+    r, _ = contained_shell("one")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("Again: "), r
+    r, _ = contained_shell("two")
+    assert r.wait_reason == "stdin_read" and "helper got one;two;" in r.viewport, r
+    assert r.viewport.endswith("$ ") and r.exit_code == 0, r
 
 
-@pytest.mark.parametrize("contained", [False, True], ids=["plain", "in a pid namespace"])
-def test_a_background_job_polling_the_terminal_is_not_the_prompt(contained):
+def test_a_background_job_polling_the_terminal_is_not_the_prompt(contained_shell):
     """A job of the shell's own session that polls the terminal (``ssh host cmd &`` does) is not waiting for
     us - job control stops it when it reads.  (Looked at as a reader outside the group, it ended ``sleep 2``
     at the first full check, a second in.)"""
-    import time
-
-    from dsh_terminal_magics import Agent, TerminalTools
-    from dsh_terminal_magics.tools import sandbox_problem
-    if contained and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
-        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
-    tools = TerminalTools({"containment": "namespace" if contained else "tracking"})
-    agent = Agent("poller")
-    try:
-        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-        poller = f"{sys.executable} -c 'import select, sys; select.select([sys.stdin], [], [], 60)'"
-        started = time.monotonic()
-        r = tools.call("terminal_send", {"sessionId": sid, "text": f"{poller} & sleep 2; echo slept", "idle": 20},
-                       agent=agent)
-        assert r.wait_reason == "stdin_read" and "slept" in r.viewport, r
-        assert time.monotonic() - started >= 2.0
-        r = tools.call("terminal_send", {"sessionId": sid, "text": "kill %1; echo killed"}, agent=agent)
-        assert "killed" in r.viewport, r
-    finally:
-        tools.shutdown()
+    poller = f"{sys.executable} -c 'import select, sys; select.select([sys.stdin], [], [], 60)'"
+    r, elapsed = contained_shell(f"{poller} & sleep 2; echo slept")
+    assert r.wait_reason == "stdin_read" and "slept" in r.viewport and elapsed >= 2.0, r
+    assert "killed" in contained_shell("kill %1; echo killed")[0].viewport
 
 
 def test_processes_outside_the_group_are_walked_at_a_bounded_rate(manager, agent, shell):
@@ -649,36 +619,16 @@ def test_processes_outside_the_group_are_walked_at_a_bounded_rate(manager, agent
     assert "N-42" in send(manager, agent, shell, "echo N-$((6*7))").viewport  # (closing ends the daemons)
 
 
-@pytest.mark.parametrize("contained", [False, True], ids=["plain", "in a pid namespace"])
-def test_tmux_is_looked_through_to_its_pane(contained, tmp_path):
+def test_tmux_is_looked_through_to_its_pane(contained_shell, tmp_path):
     """The tmux client only talks to its server; the server - a daemon, outside the group - reads our
     terminal and relays it to the pane's pts.  The pane's program is what is waited on: ``sleep`` is not a
     prompt, the shell after it is.  (It came back ``inferred_idle`` after the idle window every time.)"""
     import shutil
-    import time
-
-    from dsh_terminal_magics import Agent, TerminalTools
-    from dsh_terminal_magics.tools import sandbox_problem
     if shutil.which("tmux") is None and not __import__("os").environ.get("CI"):
         pytest.skip("tmux is not installed (CI installs it)")
-    if contained and sandbox_problem() is not None and not __import__("os").environ.get("CI"):
-        pytest.skip("namespace containment needs bubblewrap (CI installs it)")
-    tools = TerminalTools({"containment": "namespace" if contained else "tracking"})
-    agent = Agent("tmux")
-    try:
-        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-
-        def call(text):
-            started = time.monotonic()
-            r = tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 20, "timeout": 30},
-                           agent=agent)
-            return r, time.monotonic() - started
-        r, _ = call(f"tmux -f /dev/null -S {tmp_path}/sock new -s t")
-        assert r.wait_reason == "stdin_read" and r.screen is not None, r
-        r, elapsed = call("sleep 1; echo slept-$((6*7))")
-        assert r.wait_reason == "stdin_read" and "slept-42" in r.viewport, r
-        assert 1.0 <= elapsed < 10
-        r, _ = call("exit")
-        assert r.wait_reason == "stdin_read" and r.viewport.rstrip().endswith("$"), r
-    finally:
-        tools.shutdown()
+    r, _ = contained_shell(f"tmux -f /dev/null -S {tmp_path}/sock new -s t")
+    assert r.wait_reason == "stdin_read" and r.screen is not None, r
+    r, elapsed = contained_shell("sleep 1; echo slept-$((6*7))")
+    assert r.wait_reason == "stdin_read" and "slept-42" in r.viewport and 1.0 <= elapsed < 10, r
+    r, _ = contained_shell("exit")
+    assert r.wait_reason == "stdin_read" and r.viewport.rstrip().endswith("$"), r
