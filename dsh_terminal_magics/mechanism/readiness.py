@@ -91,9 +91,9 @@ _PTS_MAJORS = range(136, 144)
 class _Terminal:
     """A terminal as a check matches it: its path as ``/proc/PID/fd`` links show it, its device number as
     ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal (for ``/dev/tty``), and the identity of its
-    node (``st_dev``, ``st_ino``), which matches it under any other name: a sandbox's private ``/dev`` shows
-    it as ``/dev/console`` (``ttyname`` there, so ``GPG_TTY``), and a pts of another devpts instance may
-    share its path and number but not its node."""
+    node (``st_dev``, ``st_ino``) when the session has a /dev of its own (None otherwise), which matches it
+    under any other name: a sandbox's private ``/dev`` shows it as ``/dev/console`` (``ttyname`` there, so
+    ``GPG_TTY``), and a pts of the sandbox's own devpts may share its path and number but not its node."""
 
     path: str
     rdev: int | None
@@ -113,7 +113,11 @@ class Fence:
 class ReadinessProbe:
     """Answers "is the foreground program blocked reading this tty?" for one session."""
 
-    def __init__(self, master_fd: int, slave_fd: int, tty_path: str, leader_pid: int) -> None:
+    def __init__(self, master_fd: int, slave_fd: int, tty_path: str, leader_pid: int,
+                 private_dev: bool = False) -> None:
+        """``private_dev``: the session has a /dev of its own (a sandbox), where our terminal has another name
+        and a pts of its own devpts may share our pts's path: then a wait is matched by the node, not the path
+        (one ``stat`` more per look; elsewhere the path is unique)."""
         self.master_fd = master_fd
         self.slave_fd = slave_fd
         self.tty_path = tty_path
@@ -132,7 +136,7 @@ class ReadinessProbe:
         except OSError:
             self.tty_rdev = None
         #: The terminal the check is looking at: ours, or the inner one of a relay (see the module docstring).
-        self._terminal = _Terminal(tty_path, self.tty_rdev, _node(tty_path) if tty_path else None)
+        self._terminal = _Terminal(tty_path, self.tty_rdev, _node(tty_path) if tty_path and private_dev else None)
         self._relay_depth = 0
         #: PTY masters among the fds of the wait just read; processes found under relays by this check.
         self._masters: list[int] = []

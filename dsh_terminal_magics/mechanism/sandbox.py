@@ -55,6 +55,11 @@ class Sandbox:
     def wrapped(self) -> bool:
         return self.mode != "off" or self.contain
 
+    @property
+    def private_dev(self) -> bool:
+        """Whether the session gets a /dev of its own (its terminal shows there as ``/dev/console``)."""
+        return self.mode != "off"
+
     def describe(self) -> str:
         """One line for the session's motd: what confines and what contains the session."""
         if self.mode != "off":

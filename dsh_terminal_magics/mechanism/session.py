@@ -162,7 +162,8 @@ class Session:
 
     def _adopt(self, proc: PtyProcess) -> None:
         self.child = PtyChild(proc, self.loop, self._ingest, self._child_changed, self._output_read)
-        self.probe = ReadinessProbe(self.child.master_fd, self.child.slave_fd, self.child.tty_path, self.child.pid)
+        self.probe = ReadinessProbe(self.child.master_fd, self.child.slave_fd, self.child.tty_path, self.child.pid,
+                                    private_dev=self.sandbox.private_dev)
         self.status = "running"
 
     async def wait_started(self) -> str:
