@@ -80,6 +80,10 @@ _PTY_MASTERS = ("/dev/ptmx", "/dev/pts/ptmx")
 #: Relays inside relays followed (``sudo`` inside ``script``), and processes looked at under one relay.
 MAX_RELAY_DEPTH = 3
 MAX_RELAY_PROCESSES = 256
+#: Most threads a check looks at in one group (and in one process outside it).  What a session runs is
+#: untrusted: a program with 2000 sleeping threads made every check 0.3 s of the loop.  A bigger group is
+#: never found waiting (the send ends on its idle window or timeout).
+MAX_THREADS_LOOKED = 256
 #: Most often the processes outside the foreground group are looked at (seconds between looks): each look
 #: walks the session's tree, and what the session started is untrusted (200 daemons made every look 20 ms).
 OUTSIDE_GAP = 0.1
@@ -209,7 +213,10 @@ class ReadinessProbe:
             return fence
         self._tasks = {}
         # (behind a relay, its command's threads too; and readers of the tty outside the group)
-        for pid in [*self.group_members(pgid), *self._relayed, *self._outside]:
+        pids = [*self.group_members(pgid), *self._relayed, *self._outside]
+        if self._too_many_threads(pids):
+            return fence  # (no check will find them waiting)
+        for pid in pids:
             for tid in self._threads(pid):
                 stat = self._schedstat(pid, tid)
                 if stat is not None:
@@ -419,7 +426,7 @@ class ReadinessProbe:
     def _children(self, pid: int) -> list[int]:
         """Pids of ``pid``'s children (from every thread's ``children`` list)."""
         out: list[int] = []
-        for tid in self._threads(pid):
+        for tid in self._threads(pid)[:MAX_THREADS_LOOKED]:  # (beyond, the group is too big to look into)
             children = self._files.read(f"/proc/{pid}/task/{tid}/children")
             if children:
                 out.extend(int(child) for child in children.split())
@@ -433,6 +440,10 @@ class ReadinessProbe:
             except OSError:
                 return []
         return tasks
+
+    def _too_many_threads(self, pids: list[int]) -> bool:
+        """Whether ``pids`` have more threads than one check looks at (:data:`MAX_THREADS_LOOKED`)."""
+        return sum(len(self._threads(pid)) for pid in pids) > MAX_THREADS_LOOKED
 
     def _take_leader_stat(self, pid: int, tid: int) -> ProcessStat | None:
         """The group leader's stat this check read a moment ago, once.  Its state only filters: a thread that
@@ -458,6 +469,8 @@ class ReadinessProbe:
     def _group_state(self, pids: list[int], fence: Fence) -> str | None:
         """``"tty"``: someone reads the tty freshly and nobody runs; ``"busy"``: someone runs, or waits in a
         way that is not a fresh prompt; ``"idle"``: everyone is asleep on something else; None: nobody seen."""
+        if self._too_many_threads(pids):
+            return "busy"
         reading = False
         seen = False
         for pid in pids:
@@ -506,7 +519,7 @@ class ReadinessProbe:
                 continue
             if stat.state in "RD":
                 self._outside_owed = True
-            if stat.state != "S":
+            if stat.state != "S" or self._too_many_threads([pid]):
                 continue
             for tid in self._threads(pid):
                 syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")

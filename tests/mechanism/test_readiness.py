@@ -632,3 +632,34 @@ def test_tmux_is_looked_through_to_its_pane(contained_shell, tmp_path):
     assert r.wait_reason == "stdin_read" and "slept-42" in r.viewport and 1.0 <= elapsed < 10, r
     r, _ = contained_shell("exit")
     assert r.wait_reason == "stdin_read" and r.viewport.rstrip().endswith("$"), r
+
+
+def test_a_group_with_too_many_threads_is_not_looked_into(manager, agent, shell):
+    """A check reads a few /proc files per thread on the kernel's loop, and what a session runs is
+    untrusted: 2000 sleeping threads made every check 0.3 s of the loop.  Past :data:`MAX_THREADS_LOOKED`
+    the group is not looked into (never found waiting: the idle window ends the send); below it, it is."""
+    from dsh_terminal_magics.mechanism.readiness import MAX_THREADS_LOOKED
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe = session.probe
+    looks = []
+
+    def instrument(on: bool):
+        if on:
+            original = probe._thread_state
+            probe._thread_state = lambda *args: looks.append(args[:2]) or original(*args)
+        else:
+            del probe._thread_state
+    program = ("import threading, time\nfor i in range({n}):\n    threading.Thread(target=time.sleep, "
+               "args=(60,), daemon=True).start()\nprint('got', input('ready> '))")
+    manager.loop_thread.call(instrument, True)
+    try:
+        r = send(manager, agent, shell, f"{sys.executable} -c \"{program.format(n=MAX_THREADS_LOOKED + 20)}\"",
+                 idle=2)
+        assert r.wait_reason == "inferred_idle" and r.viewport.endswith("ready> "), r
+        assert len(looks) < MAX_THREADS_LOOKED, len(looks)  # (thousands a check, before)
+        assert "got x" in send(manager, agent, shell, "x", idle=2).viewport
+        r = send(manager, agent, shell, f"{sys.executable} -c \"{program.format(n=50)}\"", idle=20)
+        assert r.wait_reason == "stdin_read" and r.viewport.endswith("ready> "), r
+    finally:
+        manager.loop_thread.call(instrument, False)
+    assert "got y" in send(manager, agent, shell, "y").viewport
