@@ -84,6 +84,10 @@ MAX_RELAY_PROCESSES = 256
 #: untrusted: a program with 2000 sleeping threads made every check 0.3 s of the loop.  A bigger group is
 #: never found waiting (the send ends on its idle window or timeout).
 MAX_THREADS_LOOKED = 256
+#: Most processes a walk (of the group, or of the processes under one) looks at, and most ``children`` files
+#: it reads: a shell with 1000 background jobs, or a job of 1000 processes, made every check a walk of them
+#: (44% of a core).  A group whose walk stops there is not looked into either.
+MAX_WALK_LOOKS = 1024
 #: Most often the processes outside the foreground group are looked at (seconds between looks): each look
 #: walks the session's tree, and what the session started is untrusted (200 daemons made every look 20 ms).
 OUTSIDE_GAP = 0.1
@@ -155,6 +159,10 @@ class ReadinessProbe:
         self._outside_owed = False
         #: Whether the last check found every thread of the group asleep, none reading the tty.
         self._group_idle = False
+        #: Whether the last walk of the group stopped at :data:`MAX_WALK_LOOKS`, and whether the last check
+        #: found the group too big to look into (that, or more than :data:`MAX_THREADS_LOOKED` threads).
+        self._walk_cut = False
+        self._too_big = False
         #: The readers the last walk found (a look too soon for another walk looks at them again).
         self._outside_found: list[int] = []
         #: Whether the last "waiting" verdict was seen through a relay (its output may still be in transit).
@@ -214,7 +222,7 @@ class ReadinessProbe:
         self._tasks = {}
         # (behind a relay, its command's threads too; and readers of the tty outside the group)
         pids = [*self.group_members(pgid), *self._relayed, *self._outside]
-        if self._too_many_threads(pids):
+        if self._walk_cut or self._too_many_threads(pids):
             return fence  # (no check will find them waiting)
         for pid in pids:
             for tid in self._threads(pid):
@@ -253,6 +261,7 @@ class ReadinessProbe:
         self._leader_stat = None
         self._relayed = []
         self._outside = []
+        self._too_big = False
         self.through_relay = False
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
             leader = self._stat(pgid, pgid)
@@ -281,6 +290,8 @@ class ReadinessProbe:
         running, which is why callers still check in full now and then.
         """
         last = self._last_sample
+        if self._too_big:
+            return True  # (the group is too big to look into: a full look now and then is enough)
         if self._group_idle and self._outside_owed and time.monotonic() - self._outside_at >= OUTSIDE_GAP:
             return False  # (a look outside the idle group is owed and due: it comes with a full check)
         return last is not None and self._group_unchanged(*last)
@@ -409,8 +420,12 @@ class ReadinessProbe:
         """Processes of group ``pgid`` among ``seeds`` and their descendants (through group members only)."""
         found: list[int] = []
         seen: set[int] = set()
-        stack = list(seeds)
+        stack = seeds[::-1]  # (the group's leader first)
+        self._walk_cut = False
         while stack:
+            if len(seen) >= MAX_WALK_LOOKS or len(found) > MAX_THREADS_LOOKED:
+                self._walk_cut = True  # (the group is too big to look into: see _group_state)
+                break
             pid = stack.pop()
             if pid in seen:
                 continue
@@ -443,7 +458,12 @@ class ReadinessProbe:
 
     def _too_many_threads(self, pids: list[int]) -> bool:
         """Whether ``pids`` have more threads than one check looks at (:data:`MAX_THREADS_LOOKED`)."""
-        return sum(len(self._threads(pid)) for pid in pids) > MAX_THREADS_LOOKED
+        total = 0
+        for pid in pids:
+            total += len(self._threads(pid))
+            if total > MAX_THREADS_LOOKED:
+                return True
+        return False
 
     def _take_leader_stat(self, pid: int, tid: int) -> ProcessStat | None:
         """The group leader's stat this check read a moment ago, once.  Its state only filters: a thread that
@@ -469,7 +489,8 @@ class ReadinessProbe:
     def _group_state(self, pids: list[int], fence: Fence) -> str | None:
         """``"tty"``: someone reads the tty freshly and nobody runs; ``"busy"``: someone runs, or waits in a
         way that is not a fresh prompt; ``"idle"``: everyone is asleep on something else; None: nobody seen."""
-        if self._too_many_threads(pids):
+        self._too_big = self._walk_cut or self._too_many_threads(pids)
+        if self._too_big:
             return "busy"
         reading = False
         seen = False
@@ -621,10 +642,12 @@ class ReadinessProbe:
         """Processes under ``pid`` (at most :data:`MAX_RELAY_PROCESSES`), breadth first."""
         found: list[int] = []
         queue = self._children(pid)
-        while queue and len(found) < MAX_RELAY_PROCESSES:
+        looks = 1
+        while queue and len(found) < MAX_RELAY_PROCESSES and looks < MAX_WALK_LOOKS:
             child = queue.pop(0)
             if child not in found:
                 found.append(child)
+                looks += min(len(self._threads(child)), MAX_THREADS_LOOKED)  # (a children file per thread)
                 queue.extend(self._children(child))
         return found
 

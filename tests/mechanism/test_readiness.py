@@ -663,3 +663,34 @@ def test_a_group_with_too_many_threads_is_not_looked_into(manager, agent, shell)
     finally:
         manager.loop_thread.call(instrument, False)
     assert "got y" in send(manager, agent, shell, "y").viewport
+
+
+def test_a_group_of_too_many_processes_is_not_looked_into(manager, agent, shell):
+    """The same bound for processes: a job of 1000 (a subshell's background ``sleep``s share its group) made
+    every check a walk of all of them - 44% of a core.  The walk stops at :data:`MAX_WALK_LOOKS` processes,
+    or past :data:`MAX_THREADS_LOOKED` members; such a group is not looked into, and looked at in full only
+    now and then (once a second), not at every tick."""
+    from dsh_terminal_magics.mechanism.readiness import MAX_THREADS_LOOKED
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe = session.probe
+    looks, checks = [], []
+
+    def instrument(on: bool):
+        if on:
+            original, full = probe._thread_state, probe.waiting_for_input
+            probe._thread_state = lambda *args: looks.append(args[:2]) or original(*args)
+            probe.waiting_for_input = lambda fence: checks.append(fence) or full(fence)
+        else:
+            del probe._thread_state, probe.waiting_for_input
+    manager.loop_thread.call(instrument, True)
+    try:
+        job = f"(for i in $(seq {MAX_THREADS_LOOKED + 20}); do sleep 60 & done; read -p 'ready> ' x; echo got-$x)"
+        r = send(manager, agent, shell, job, idle=2, timeout=60)
+        assert r.wait_reason == "inferred_idle" and r.viewport.endswith("ready> "), r
+        assert len(looks) < MAX_THREADS_LOOKED, len(looks)
+        checks.clear()
+        r = send(manager, agent, shell, "", submit=False, idle=3)  # (a look at the state: 3 s of silence)
+        assert r.wait_reason == "inferred_idle" and len(checks) <= 8, len(checks)  # (~60 at every tick)
+    finally:
+        manager.loop_thread.call(instrument, False)
+    assert "got-x" in send(manager, agent, shell, "x", idle=2).viewport
