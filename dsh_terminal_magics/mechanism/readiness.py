@@ -88,6 +88,10 @@ MAX_THREADS_LOOKED = 256
 #: it reads: a shell with 1000 background jobs, or a job of 1000 processes, made every check a walk of them
 #: (44% of a core).  A group whose walk stops there is not looked into either.
 MAX_WALK_LOOKS = 1024
+#: Most descriptors of one wait looked at (``select``'s lowest, ``poll``'s and ``epoll``'s first): each is a
+#: ``readlink``, and a program polling 10,000 pipes made each check 90 ms of the loop.  A terminal is nearly
+#: always among the lowest descriptors.
+MAX_FDS_LOOKED = 1024
 #: Most often the processes outside the foreground group are looked at (seconds between looks): each look
 #: walks the session's tree, and what the session started is untrusted (200 daemons made every look 20 ms).
 OUTSIDE_GAP = 0.1
@@ -711,16 +715,17 @@ class ReadinessProbe:
         seconds = self._wait_timeout(pid, name, args)
         if seconds is None or not readfds or nfds <= 0 or nfds > 65536:
             return False
-        bits = self._files.memory(pid, readfds, (nfds + 7) // 8)
+        looked = min(nfds, MAX_FDS_LOOKED)
+        bits = self._files.memory(pid, readfds, (looked + 7) // 8)
         fds = [index * 8 + bit for index, byte in enumerate(bits) if byte for bit in range(8) if byte & (1 << bit)]
-        return self._reads_tty(pid, [fd for fd in fds if fd < nfds], seconds)
+        return self._reads_tty(pid, [fd for fd in fds if fd < looked], seconds)
 
     def _poll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
         fds_ptr, nfds = args[0], args[1]
         seconds = self._wait_timeout(pid, name, args)
         if seconds is None or not fds_ptr or nfds <= 0 or nfds > 65536:
             return False
-        raw = self._files.memory(pid, fds_ptr, 8 * nfds)
+        raw = self._files.memory(pid, fds_ptr, 8 * min(nfds, MAX_FDS_LOOKED))
         return self._reads_tty(pid, [fd for fd, events, _ in struct.iter_unpack("ihh", raw)
                                      if fd >= 0 and events & _POLLIN], seconds)
 
@@ -735,6 +740,8 @@ class ReadinessProbe:
                 fields = line.split()
                 if int(fields[3], 16) & _EPOLLIN:
                     fds.append(int(fields[1]))
+                    if len(fds) >= MAX_FDS_LOOKED:
+                        break
         return self._reads_tty(pid, fds, seconds)
 
     def _reads_tty(self, pid: int, fds: list[int], seconds: float) -> bool:

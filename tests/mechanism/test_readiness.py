@@ -694,3 +694,49 @@ def test_a_group_of_too_many_processes_is_not_looked_into(manager, agent, shell)
     finally:
         manager.loop_thread.call(instrument, False)
     assert "got-x" in send(manager, agent, shell, "x", idle=2).viewport
+
+
+def test_a_wait_on_many_descriptors_is_looked_at_in_part(manager, agent, shell):
+    """Each descriptor of a wait is a ``readlink``: a program polling 10,000 pipes made each check 90 ms of
+    the loop.  A check looks at the first :data:`MAX_FDS_LOOKED` only - where a terminal is - so a poll of
+    the terminal among many pipes is still a prompt."""
+    import resource
+
+    from dsh_terminal_magics.mechanism.readiness import MAX_FDS_LOOKED
+    pipes = MAX_FDS_LOOKED + 500
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < pipes + 200:
+        pytest.skip(f"the hard limit on open files is under {pipes + 200} here")
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe = session.probe
+    looks, per_check = [], []
+
+    def instrument(on: bool):
+        if on:
+            original, full = probe._is_tty, probe.waiting_for_input
+
+            def check(fence):
+                before = len(looks)
+                try:
+                    return full(fence)
+                finally:
+                    per_check.append(len(looks) - before)
+            probe._is_tty = lambda pid, fd: looks.append(fd) or original(pid, fd)
+            probe.waiting_for_input = check
+        else:
+            del probe._is_tty, probe.waiting_for_input
+    program = ("import os, resource, select\nresource.setrlimit(resource.RLIMIT_NOFILE, ({n}, {n}))\n"
+               "r, w = os.pipe()\np = select.poll()\n{tty}for fd in [os.dup(r) for i in range({pipes})]:\n"
+               "    p.register(fd, select.POLLIN)\nprint('polling')\np.poll(60000)\n")
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    manager.loop_thread.call(instrument, True)
+    try:
+        code = program.format(n=hard, tty="", pipes=pipes)
+        r = send(manager, agent, shell, f"{sys.executable} -c \"{code}\"", idle=2)
+        assert r.wait_reason == "inferred_idle" and r.viewport.endswith("polling\n"), r
+        assert max(per_check) == MAX_FDS_LOOKED, per_check  # (every descriptor, each check, before)
+    finally:
+        manager.loop_thread.call(instrument, False)
+    manager.loop_thread.call(session.interrupt_foreground)  # (the first program: Ctrl-C)
+    code = program.format(n=hard, tty="p.register(0, select.POLLIN)\n", pipes=pipes)
+    r = send(manager, agent, shell, f"{sys.executable} -c \"{code}\"", idle=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("polling\n"), r
