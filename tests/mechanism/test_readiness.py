@@ -1,6 +1,7 @@
 """The wait-reason matrix with real bash and python3: what comes back, and when."""
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import pytest
@@ -540,6 +541,28 @@ def test_a_shell_inside_a_relay_is_waited_on_like_ours(manager, agent, shell):
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
 
 
+@contextlib.contextmanager
+def probe_wrapped(manager, probe, **wrappers):
+    """Replace methods of ``probe`` (on the loop thread): ``name=lambda original: replacement``; the class's
+    methods come back afterwards."""
+    def swap(on: bool):
+        for name, wrap in wrappers.items():
+            if on:
+                setattr(probe, name, wrap(getattr(probe, name)))
+            else:
+                delattr(probe, name)
+    manager.loop_thread.call(swap, True)
+    try:
+        yield
+    finally:
+        manager.loop_thread.call(swap, False)
+
+
+def counting(calls: list):
+    """For :func:`probe_wrapped`: each call's arguments go into ``calls`` first."""
+    return lambda original: (lambda *args: calls.append(args) or original(*args))
+
+
 #: A program that asks through a helper outside its group (gpg and pinentry): the helper daemonizes (a session
 #: of its own), sleeps, opens the terminal by its name and asks twice; the program waits on a socket meanwhile.
 DAEMON_ASKS = """\
@@ -596,24 +619,13 @@ def test_processes_outside_the_group_are_walked_at_a_bounded_rate(manager, agent
     daemons of other sessions (each waking every 10 ms) get one walk per :data:`OUTSIDE_GAP` at most while a
     silent command runs (200 such daemons made every check a 20 ms walk: 43% of a core)."""
     from dsh_terminal_magics.mechanism.readiness import OUTSIDE_GAP
-    session = manager.loop_thread.call(manager.session, agent, shell)
-    probe = session.probe
-    walks = []
-
-    def instrument(on: bool):
-        if on:
-            original = probe._descendants
-            probe._descendants = lambda pid: walks.append(pid) or original(pid)
-        else:
-            del probe._descendants
+    probe = manager.loop_thread.call(manager.session, agent, shell).probe
+    walks: list = []
     waker = f"{sys.executable} -c 'import time\nwhile True: time.sleep(0.01)'"
     r = send(manager, agent, shell, f"for i in 1 2 3 4 5 6 7 8; do setsid {waker} & done; sleep 0.5", idle=20)
     assert r.wait_reason == "stdin_read", r
-    manager.loop_thread.call(instrument, True)
-    try:
+    with probe_wrapped(manager, probe, _descendants=counting(walks)):
         r = send(manager, agent, shell, "sleep 2", idle=20)
-    finally:
-        manager.loop_thread.call(instrument, False)
     assert r.wait_reason == "stdin_read", r
     assert 2 <= len(walks) <= 2.5 / OUTSIDE_GAP, len(walks)
     assert "N-42" in send(manager, agent, shell, "echo N-$((6*7))").viewport  # (closing ends the daemons)
@@ -639,20 +651,11 @@ def test_a_group_with_too_many_threads_is_not_looked_into(manager, agent, shell)
     untrusted: 2000 sleeping threads made every check 0.3 s of the loop.  Past :data:`MAX_THREADS_LOOKED`
     the group is not looked into (never found waiting: the idle window ends the send); below it, it is."""
     from dsh_terminal_magics.mechanism.readiness import MAX_THREADS_LOOKED
-    session = manager.loop_thread.call(manager.session, agent, shell)
-    probe = session.probe
-    looks = []
-
-    def instrument(on: bool):
-        if on:
-            original = probe._thread_state
-            probe._thread_state = lambda *args: looks.append(args[:2]) or original(*args)
-        else:
-            del probe._thread_state
+    probe = manager.loop_thread.call(manager.session, agent, shell).probe
+    looks: list = []
     program = ("import threading, time\nfor i in range({n}):\n    threading.Thread(target=time.sleep, "
                "args=(60,), daemon=True).start()\nprint('got', input('ready> '))")
-    manager.loop_thread.call(instrument, True)
-    try:
+    with probe_wrapped(manager, probe, _thread_state=counting(looks)):
         r = send(manager, agent, shell, f"{sys.executable} -c \"{program.format(n=MAX_THREADS_LOOKED + 20)}\"",
                  idle=2)
         assert r.wait_reason == "inferred_idle" and r.viewport.endswith("ready> "), r
@@ -660,8 +663,6 @@ def test_a_group_with_too_many_threads_is_not_looked_into(manager, agent, shell)
         assert "got x" in send(manager, agent, shell, "x", idle=2).viewport
         r = send(manager, agent, shell, f"{sys.executable} -c \"{program.format(n=50)}\"", idle=20)
         assert r.wait_reason == "stdin_read" and r.viewport.endswith("ready> "), r
-    finally:
-        manager.loop_thread.call(instrument, False)
     assert "got y" in send(manager, agent, shell, "y").viewport
 
 
@@ -671,19 +672,10 @@ def test_a_group_of_too_many_processes_is_not_looked_into(manager, agent, shell)
     or past :data:`MAX_THREADS_LOOKED` members; such a group is not looked into, and looked at in full only
     now and then (once a second), not at every tick."""
     from dsh_terminal_magics.mechanism.readiness import MAX_THREADS_LOOKED
-    session = manager.loop_thread.call(manager.session, agent, shell)
-    probe = session.probe
-    looks, checks = [], []
-
-    def instrument(on: bool):
-        if on:
-            original, full = probe._thread_state, probe.waiting_for_input
-            probe._thread_state = lambda *args: looks.append(args[:2]) or original(*args)
-            probe.waiting_for_input = lambda fence: checks.append(fence) or full(fence)
-        else:
-            del probe._thread_state, probe.waiting_for_input
-    manager.loop_thread.call(instrument, True)
-    try:
+    probe = manager.loop_thread.call(manager.session, agent, shell).probe
+    looks: list = []
+    checks: list = []
+    with probe_wrapped(manager, probe, _thread_state=counting(looks), waiting_for_input=counting(checks)):
         job = f"(for i in $(seq {MAX_THREADS_LOOKED + 20}); do sleep 60 & done; read -p 'ready> ' x; echo got-$x)"
         r = send(manager, agent, shell, job, idle=2, timeout=60)
         assert r.wait_reason == "inferred_idle" and r.viewport.endswith("ready> "), r
@@ -691,8 +683,6 @@ def test_a_group_of_too_many_processes_is_not_looked_into(manager, agent, shell)
         checks.clear()
         r = send(manager, agent, shell, "", submit=False, idle=3)  # (a look at the state: 3 s of silence)
         assert r.wait_reason == "inferred_idle" and len(checks) <= 8, len(checks)  # (~60 at every tick)
-    finally:
-        manager.loop_thread.call(instrument, False)
     assert "got-x" in send(manager, agent, shell, "x", idle=2).viewport
 
 
@@ -708,34 +698,26 @@ def test_a_wait_on_many_descriptors_is_looked_at_in_part(manager, agent, shell):
         pytest.skip(f"the hard limit on open files is under {pipes + 200} here")
     session = manager.loop_thread.call(manager.session, agent, shell)
     probe = session.probe
-    looks, per_check = [], []
+    looks: list = []
+    per_check: list = []
 
-    def instrument(on: bool):
-        if on:
-            original, full = probe._is_tty, probe.waiting_for_input
-
-            def check(fence):
-                before = len(looks)
-                try:
-                    return full(fence)
-                finally:
-                    per_check.append(len(looks) - before)
-            probe._is_tty = lambda pid, fd: looks.append(fd) or original(pid, fd)
-            probe.waiting_for_input = check
-        else:
-            del probe._is_tty, probe.waiting_for_input
+    def looks_per_check(full):
+        def check(fence):
+            before = len(looks)
+            try:
+                return full(fence)
+            finally:
+                per_check.append(len(looks) - before)
+        return check
     program = ("import os, resource, select\nresource.setrlimit(resource.RLIMIT_NOFILE, ({n}, {n}))\n"
                "r, w = os.pipe()\np = select.poll()\n{tty}for fd in [os.dup(r) for i in range({pipes})]:\n"
                "    p.register(fd, select.POLLIN)\nprint('polling')\np.poll(60000)\n")
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    manager.loop_thread.call(instrument, True)
-    try:
+    with probe_wrapped(manager, probe, _is_tty=counting(looks), waiting_for_input=looks_per_check):
         code = program.format(n=hard, tty="", pipes=pipes)
         r = send(manager, agent, shell, f"{sys.executable} -c \"{code}\"", idle=2)
         assert r.wait_reason == "inferred_idle" and r.viewport.endswith("polling\n"), r
         assert max(per_check) == MAX_FDS_LOOKED, per_check  # (every descriptor, each check, before)
-    finally:
-        manager.loop_thread.call(instrument, False)
     manager.loop_thread.call(session.interrupt_foreground)  # (the first program: Ctrl-C)
     code = program.format(n=hard, tty="p.register(0, select.POLLIN)\n", pipes=pipes)
     r = send(manager, agent, shell, f"{sys.executable} -c \"{code}\"", idle=20)
