@@ -95,6 +95,9 @@ MAX_FDS_LOOKED = 1024
 #: Most often the processes outside the foreground group are looked at (seconds between looks): each look
 #: walks the session's tree, and what the session started is untrusted (200 daemons made every look 20 ms).
 OUTSIDE_GAP = 0.1
+#: Most threads outside the group waiting on the tty that one walk looks into (each may be a relay, whose
+#: own walk can take :data:`MAX_WALK_LOOKS`).
+MAX_OUTSIDE_READERS = 8
 #: The device numbers of Unix98 pty slaves: majors 136-143.
 _PTS_MAJORS = range(136, 144)
 
@@ -538,9 +541,10 @@ class ReadinessProbe:
         self._outside_at, self._outside_owed = now, False
         self._outside_found = self._outside
         skip = {*members, *self.wrappers}
+        candidates = MAX_OUTSIDE_READERS
         for pid in self._descendants(self._root_pid):
             stat = self._stat(pid) if pid not in skip else None
-            if stat is None or stat.gone or stat.session == group_stat.session:
+            if stat is None or stat.gone or stat.session == group_stat.session or not candidates:
                 continue
             if stat.state in "RD":
                 self._outside_owed = True
@@ -552,8 +556,10 @@ class ReadinessProbe:
                 waits = self._waits_on_tty(pid, syscall) if syscall is not None else None
                 if waits is None:
                     self._outside_owed = True
-                elif waits and self._thread_state(pid, tid, fence) == "tty":  # (a relay: tmux's server)
-                    self._outside.append(pid)
+                elif waits and candidates:
+                    candidates -= 1  # (each may be a relay, with a walk of its own: tmux's server)
+                    if self._thread_state(pid, tid, fence) == "tty":
+                        self._outside.append(pid)
         return "tty" if self._outside else "idle"
 
     def _thread_state(self, pid: int, tid: int, fence: Fence) -> str | None:
