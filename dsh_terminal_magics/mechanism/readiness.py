@@ -229,7 +229,7 @@ class ReadinessProbe:
         self._tasks = {}
         # (behind a relay, its command's threads too; and readers of the tty outside the group)
         pids = [*self.group_members(pgid), *self._relayed, *self._outside]
-        if self._walk_cut or self._too_many_threads(pids):
+        if self._too_big_to_look_into(pids):
             return fence  # (no check will find them waiting)
         for pid in pids:
             for tid in self._threads(pid):
@@ -463,6 +463,11 @@ class ReadinessProbe:
                 return []
         return tasks
 
+    def _too_big_to_look_into(self, group: list[int]) -> bool:
+        """Whether the group just walked (``group``: its members) is past a check's bounds: its walk stopped
+        at :data:`MAX_WALK_LOOKS`, or it has more than :data:`MAX_THREADS_LOOKED` threads."""
+        return self._walk_cut or self._too_many_threads(group)
+
     def _too_many_threads(self, pids: list[int]) -> bool:
         """Whether ``pids`` have more threads than one check looks at (:data:`MAX_THREADS_LOOKED`)."""
         total = 0
@@ -496,7 +501,7 @@ class ReadinessProbe:
     def _group_state(self, pids: list[int], fence: Fence) -> str | None:
         """``"tty"``: someone reads the tty freshly and nobody runs; ``"busy"``: someone runs, or waits in a
         way that is not a fresh prompt; ``"idle"``: everyone is asleep on something else; None: nobody seen."""
-        self._too_big = self._walk_cut or self._too_many_threads(pids)
+        self._too_big = self._too_big_to_look_into(pids)
         if self._too_big:
             return "busy"
         reading = False
@@ -552,8 +557,9 @@ class ReadinessProbe:
                 continue
             for tid in self._threads(pid):
                 syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
-                self._masters = []
+                self._masters, timeout = [], self._timeout
                 waits = self._waits_on_tty(pid, syscall) if syscall is not None else None
+                self._timeout = timeout  # (this look only filters: the verdict's look records the timeout)
                 if waits is None:
                     self._outside_owed = True
                 elif waits and candidates:
