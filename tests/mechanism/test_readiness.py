@@ -563,6 +563,20 @@ def counting(calls: list):
     return lambda original: (lambda *args: calls.append(args) or original(*args))
 
 
+def per_check(looks: list, counts: list):
+    """For :func:`probe_wrapped` on ``waiting_for_input``: how many entries each check added to ``looks``
+    goes into ``counts`` (the bounds hold per check; a program starting its threads is looked at often)."""
+    def wrap(full):
+        def check(fence):
+            before = len(looks)
+            try:
+                return full(fence)
+            finally:
+                counts.append(len(looks) - before)
+        return check
+    return wrap
+
+
 #: A program that asks through a helper outside its group (gpg and pinentry): the helper daemonizes (a session
 #: of its own), sleeps, opens the terminal by its name and asks twice; the program waits on a socket meanwhile.
 DAEMON_ASKS = """\
@@ -653,13 +667,15 @@ def test_a_group_with_too_many_threads_is_not_looked_into(manager, agent, shell)
     from dsh_terminal_magics.mechanism.readiness import MAX_THREADS_LOOKED
     probe = manager.loop_thread.call(manager.session, agent, shell).probe
     looks: list = []
+    counts: list = []
     program = ("import threading, time\nfor i in range({n}):\n    threading.Thread(target=time.sleep, "
                "args=(60,), daemon=True).start()\nprint('got', input('ready> '))")
-    with probe_wrapped(manager, probe, _thread_state=counting(looks)):
+    with probe_wrapped(manager, probe, _thread_state=counting(looks), waiting_for_input=per_check(looks, counts)):
         r = send(manager, agent, shell, f"{sys.executable} -c \"{program.format(n=MAX_THREADS_LOOKED + 20)}\"",
                  idle=2)
         assert r.wait_reason == "inferred_idle" and r.viewport.endswith("ready> "), r
-        assert len(looks) < MAX_THREADS_LOOKED, len(looks)  # (thousands a check, before)
+        # (every thread, each check, before; the last check, with all of them started, looked at none)
+        assert max(counts) <= MAX_THREADS_LOOKED and counts[-1] == 0, counts
         assert "got x" in send(manager, agent, shell, "x", idle=2).viewport
         r = send(manager, agent, shell, f"{sys.executable} -c \"{program.format(n=50)}\"", idle=20)
         assert r.wait_reason == "stdin_read" and r.viewport.endswith("ready> "), r
@@ -675,11 +691,11 @@ def test_a_group_of_too_many_processes_is_not_looked_into(manager, agent, shell)
     probe = manager.loop_thread.call(manager.session, agent, shell).probe
     looks: list = []
     checks: list = []
-    with probe_wrapped(manager, probe, _thread_state=counting(looks), waiting_for_input=counting(checks)):
+    with probe_wrapped(manager, probe, _thread_state=counting(looks), waiting_for_input=per_check(looks, checks)):
         job = f"(for i in $(seq {MAX_THREADS_LOOKED + 20}); do sleep 60 & done; read -p 'ready> ' x; echo got-$x)"
         r = send(manager, agent, shell, job, idle=2, timeout=60)
         assert r.wait_reason == "inferred_idle" and r.viewport.endswith("ready> "), r
-        assert len(looks) < MAX_THREADS_LOOKED, len(looks)
+        assert max(checks) <= MAX_THREADS_LOOKED and checks[-1] == 0, checks
         checks.clear()
         r = send(manager, agent, shell, "", submit=False, idle=3)  # (a look at the state: 3 s of silence)
         assert r.wait_reason == "inferred_idle" and len(checks) <= 8, len(checks)  # (~60 at every tick)
@@ -699,25 +715,16 @@ def test_a_wait_on_many_descriptors_is_looked_at_in_part(manager, agent, shell):
     session = manager.loop_thread.call(manager.session, agent, shell)
     probe = session.probe
     looks: list = []
-    per_check: list = []
-
-    def looks_per_check(full):
-        def check(fence):
-            before = len(looks)
-            try:
-                return full(fence)
-            finally:
-                per_check.append(len(looks) - before)
-        return check
+    counts: list = []
     program = ("import os, resource, select\nresource.setrlimit(resource.RLIMIT_NOFILE, ({n}, {n}))\n"
                "r, w = os.pipe()\np = select.poll()\n{tty}for fd in [os.dup(r) for i in range({pipes})]:\n"
                "    p.register(fd, select.POLLIN)\nprint('polling')\np.poll(60000)\n")
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    with probe_wrapped(manager, probe, _is_tty=counting(looks), waiting_for_input=looks_per_check):
+    with probe_wrapped(manager, probe, _is_tty=counting(looks), waiting_for_input=per_check(looks, counts)):
         code = program.format(n=hard, tty="", pipes=pipes)
         r = send(manager, agent, shell, f"{sys.executable} -c \"{code}\"", idle=2)
         assert r.wait_reason == "inferred_idle" and r.viewport.endswith("polling\n"), r
-        assert max(per_check) == MAX_FDS_LOOKED, per_check  # (every descriptor, each check, before)
+        assert max(counts) == MAX_FDS_LOOKED, counts  # (every descriptor, each check, before)
     manager.loop_thread.call(session.interrupt_foreground)  # (the first program: Ctrl-C)
     code = program.format(n=hard, tty="p.register(0, select.POLLIN)\n", pipes=pipes)
     r = send(manager, agent, shell, f"{sys.executable} -c \"{code}\"", idle=20)
