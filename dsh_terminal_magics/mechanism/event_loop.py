@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import os
 import threading
 from typing import Any, Callable, Coroutine, Generic, Protocol, TypeVar
 
@@ -103,6 +104,9 @@ class EventLoopThread:
         #: Calls handed in by other threads (see :meth:`_hand_in`); the loop runs them in order.
         self._inbox: collections.deque[Callable[[], None]] = collections.deque()
         self._inbox_armed = False
+        #: Wakes the loop for the inbox: one eventfd write, read by the loop's selector (asyncio's own
+        #: wake-up is a socket write plus a handle and a drain of the socket on every wake).
+        self._doorbell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
         self.thread.start()
@@ -118,28 +122,28 @@ class EventLoopThread:
 
     def _main(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
+        self.loop.add_reader(self._doorbell, self._empty_inbox)
         self.loop.call_soon(started.set)
         self.loop.run_forever()
 
     def _hand_in(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the loop soon (from any thread).
 
-        ``call_soon_threadsafe`` writes to the loop's wake-up socket on every call; here only the first call
-        since the loop last emptied the inbox does, so while the loop is busy (many agents sending at once)
-        handing in costs an append.  The GIL orders the flag and the deque: a call appended after the loop
-        cleared the flag finds it clear and wakes the loop itself.
+        Only the first call since the loop last emptied the inbox rings the doorbell (an eventfd), so while
+        the loop is busy (many agents sending at once) handing in costs an append.  The GIL orders the flag
+        and the deque: a call appended after the loop cleared the flag finds it clear and rings itself.
         """
+        self._check_alive()
         self._inbox.append(fn)
         if not self._inbox_armed:
             self._inbox_armed = True
-            try:
-                self.loop.call_soon_threadsafe(self._empty_inbox)
-            except BaseException:  # the loop is closed: the next caller must not wait on a dead inbox
-                self._inbox_armed = False
-                self._inbox.clear()
-                raise
+            os.eventfd_write(self._doorbell, 1)
 
     def _empty_inbox(self) -> None:
+        try:
+            os.eventfd_read(self._doorbell)
+        except BlockingIOError:
+            pass
         self._inbox_armed = False
         inbox = self._inbox
         while inbox:
@@ -211,7 +215,6 @@ class EventLoopThread:
         """
         if self.in_loop_thread():
             return fn(*args)
-        self._check_alive()
         result: Handoff[T] = Handoff()
 
         def invoke() -> None:

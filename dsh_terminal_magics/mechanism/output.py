@@ -33,6 +33,7 @@ COMPACT_MARKED_PARTIAL = 1024
 #: The same C0 controls as bytes (safe to delete before decoding: UTF-8 never uses them in sequences).
 _CONTROL_BYTES = bytes([*range(0x00, 0x08), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 _EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:\x07|\x1b\\)")
+_EXIT_MARKER_BYTES = re.compile(_EXIT_MARKER.pattern.encode())
 _SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1)([hl])")
 _DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")
 
@@ -81,9 +82,15 @@ class OutputNormalizer:
         self.suppressed = False
 
     def feed(self, data: bytes) -> tuple[str, TerminalEvents]:
-        if not self._pending and not (self.alternate or self.suppressed) and b"\x1b" not in data \
-                and b"\xc2" not in data:
-            return self._feed_plain(data)
+        if not self._pending and not (self.alternate or self.suppressed) and b"\xc2" not in data:
+            if b"\x1b" not in data:
+                return self._feed_plain(data)
+            if b"\x1b]133;D" in data:  # a shell's output with its exit-code marker, and no other escape
+                bare = _EXIT_MARKER_BYTES.sub(b"", data)
+                if b"\x1b" not in bare:
+                    text, events = self._feed_plain(bare)
+                    events.exit_codes = [int(code or 0) for code in _EXIT_MARKER_BYTES.findall(data)]
+                    return text, events
         text = self._pending + self._decoder.decode(data)
         self._pending = ""
         events = TerminalEvents()

@@ -96,8 +96,8 @@ class TerminalReplies:
 
     def scan(self, data: bytes, offset: int) -> bytes:
         """The replies to the queries in ``data`` (which starts at absolute raw offset ``offset``)."""
-        if b"\x1b" not in data and not self._carry:
-            return b""
+        if not self._carry and data.count(b"\x1b") == data.count(b"\x1b]133;D"):
+            return b""  # no escape, or only a shell's exit-code markers: nothing asked
         text = self._carry + data
         base = offset - len(self._carry)
         self._carry = b""

@@ -54,8 +54,7 @@ def foreground_result(r: SendResult) -> ForegroundSendResult:
                                   session_status=r.session_status,  # type: ignore[arg-type]
                                   truncated=r.viewport_truncated, exit_code=r.exit_code,
                                   bell=True if r.bell else None, screen=screen)
-    result._extras = (r.raw_output, r.screen.text() if r.screen is not None else None, r.cancelled)
-    return result
+    return result.with_extras(r.raw_output, r.screen.text() if r.screen is not None else None, r.cancelled)
 
 
 async def terminal_open(ctx: ToolContext, a: OpenArgs, agent: Agent) -> OpenResult:

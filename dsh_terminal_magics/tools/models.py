@@ -182,25 +182,34 @@ class ForegroundSendResult(_Result):
     #: Extras beyond the seed, present in the JSON only when they say something.
     bell: Optional[bool] = Field(None, exclude_if=lambda v: v is None)
     screen: Optional[ScreenInfo] = Field(None, exclude_if=lambda v: v is None)
-    #: Not part of the seed's JSON: (raw output, screen text, interrupted) - see the properties below.
-    #: One private attribute, not three, defaulting to None: pydantic sets (and deep-copies) each private
-    #: attribute's default on every result.
-    _extras: Optional[tuple[bytes, Optional[str], bool]] = PrivateAttr(None)
+    #: Not part of the seed's JSON: (raw output, screen text, interrupted), set by :meth:`with_extras` - a
+    #: plain slot, not a pydantic private attribute: those are set up (in Python) on every result, which cost
+    #: more than the rest of the result together on the hot path of every send.
+    __slots__ = ("_extras",)
+
+    def with_extras(self, raw_output: bytes, screen_text: Optional[str], interrupted: bool) -> "ForegroundSendResult":
+        """This result, carrying what the seed's JSON leaves out (see the properties below)."""
+        object.__setattr__(self, "_extras", (raw_output, screen_text, interrupted))  # (frozen for the fields)
+        return self
+
+    def _extra(self, index: int, default: Any) -> Any:
+        extras = getattr(self, "_extras", None)  # (a copy made by pydantic has none)
+        return default if extras is None else extras[index]
 
     @property
     def raw_output(self) -> bytes:
         """The program's raw output during the send, colours included (for cards and viewers)."""
-        return self._extras[0] if self._extras is not None else b""
+        return self._extra(0, b"")  # type: ignore[no-any-return]
 
     @property
     def screen_text(self) -> Optional[str]:
         """The full-screen program's screen as text, when one had the terminal at the end."""
-        return self._extras[1] if self._extras is not None else None
+        return self._extra(1, None)  # type: ignore[no-any-return]
 
     @property
     def interrupted(self) -> bool:
         """Whether the send was interrupted (Ctrl-C, a cancelled await)."""
-        return self._extras is not None and self._extras[2]
+        return bool(self._extra(2, False))
 
 
 class BackgroundSendResult(_Result):

@@ -184,3 +184,30 @@ def test_cursor_motion_cannot_blow_up_the_text():
     text, _ = OutputNormalizer().feed(data)
     assert len(text) <= 2 * 20_000 + MAX_MARKS_PER_CHUNK
     assert render_line("x\x1b[99999C".replace("\x1b[99999C", "\x0f" * 99_999) + "y") == "x" + " " * (MAX_MOTION - 1) + "y"
+
+
+shell_atoms = st.sampled_from([b"echo hi", b"\r\n", b"$ ", b"\x1b]133;D;0\x07", b"\x1b]133;D;127\x07",
+                               b"\x1b]133;D\x07", b"\x07", b"\x0e", b"\t", b"\xc3\xa9", b"\xe2\x9c\x93", b"\b"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(shell_atoms, max_size=40), st.integers(min_value=1, max_value=9))
+def test_a_shells_output_with_exit_markers_in_any_chunking(atoms, step):
+    """Chunks whose only escapes are exit-code markers take a short path: the same text and events as the
+    general one (a marker split across chunks goes the general way)."""
+    import re
+    data = b"".join(atoms)
+    codes = [int(code or 0) for code in re.findall(rb"\x1b\]133;D(?:;(-?\d+))?\x07", data)]
+    bare = re.sub(rb"\x1b\]133;D(?:;-?\d+)?\x07", b"", data)
+    expected = re.sub(r"[\x00-\x07\x0b-\x0c\x0e-\x1f\x7f]", "", bare.decode("utf-8", "replace"))
+    for chunks in ([data], [data[i:i + step] for i in range(0, len(data), step)]):
+        n = OutputNormalizer()
+        texts, seen, bells = [], [], 0
+        for chunk in chunks:
+            text, events = n.feed(chunk)
+            texts.append(text)
+            seen += events.exit_codes
+            bells += events.bells
+        assert "".join(texts) == expected
+        assert seen == codes
+        assert bells == atoms.count(b"\x07")

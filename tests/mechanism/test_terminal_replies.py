@@ -123,3 +123,14 @@ def test_a_flood_of_queries_gets_a_bounded_number_of_answers():
     raw.append(b"\x1b[6n")  # the next chunk is answered again, from the whole 40,000 characters (500 full rows)
     assert replies.scan(b"\x1b[6n", len(chunk)) == b"\x1b[24;80R"
 
+
+
+def test_a_query_beside_an_exit_marker_is_answered():
+    """A chunk of only exit-code markers asks nothing and is not scanned; one with a query beside a marker is."""
+    replies, raw, _ = _replies_for_a_bare_screen()
+    for chunk in (b"hi\r\n\x1b]133;D;0\x07$ ", b"\x1b]133;D;0\x07\x1b]133;D;1\x07"):
+        raw.append(chunk)
+        assert replies.scan(chunk, raw.total - len(chunk)) == b""
+    for chunk in (b"\x1b]133;D;0\x07\x1b[c", b"\x1b[c\x1b]133;D;0\x07"):
+        raw.append(chunk)
+        assert replies.scan(chunk, raw.total - len(chunk)) == PRIMARY_DA
