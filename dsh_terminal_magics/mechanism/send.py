@@ -235,7 +235,12 @@ class SendOperation:
         self._written_at = self._event_at = self._checked_at = time.monotonic()
         self._partial_from = session.scrollback.chars_written if self.payload and not self.request.submit else -1
         self._activity = self._activity_at_write = session.activity()
-        self._timer = session.loop.call_soon(self._step)
+        if self.payload:  # nothing to see before the program runs on it: look when it answers (output, an
+            # exit: see wake) or after the first tick - a look in the next turn finds it still running
+            delay = max(min(MIN_TICK, self.deadline - self._written_at), 0.0)
+            self._timer, self._sleeping = session.loop.call_later(delay, self._step), True
+        else:
+            self._timer = session.loop.call_soon(self._step)
 
     def wake(self) -> None:
         """Something happened (output, an exit, a cancel, the session closing): step at the next turn."""

@@ -5,7 +5,9 @@ seed's names (``sessionId``, ``waitReason``, ``run_in_background`` …).
 """
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Optional, Union
+import functools
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, Mapping, Optional, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, RootModel, StrictBool, StrictInt,
                       StrictStr, ValidationError, model_validator)
@@ -310,8 +312,10 @@ RESULTS: dict[str, Any] = {
 }
 
 
-def tool_models(background: bool = True, extensions: bool = True) -> dict[str, type[BaseModel]]:
-    """The argument model of every tool under this configuration, in the fixed order."""
+@functools.lru_cache(maxsize=None)
+def tool_models(background: bool = True, extensions: bool = True) -> Mapping[str, type[BaseModel]]:
+    """The argument model of every tool under this configuration, in the fixed order (read-only: one mapping
+    per configuration, looked up on every call)."""
     choices: dict[tuple[bool, bool], type[BaseModel]] = {
         (True, True): SendArgsKeys, (False, True): SendArgsKeysForeground,
         (True, False): SendArgs, (False, False): SendArgsForeground}
@@ -319,7 +323,7 @@ def tool_models(background: bool = True, extensions: bool = True) -> dict[str, t
     models: dict[str, type[BaseModel]] = {**ARGS, "terminal_send": send}
     if extensions:
         models.update(EXTENSION_ARGS)
-    return models
+    return MappingProxyType(models)
 
 
 def describe_validation_error(name: str, model: type[BaseModel], exc: ValidationError) -> str:

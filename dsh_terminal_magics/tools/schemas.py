@@ -7,7 +7,7 @@ so the schemas are byte-identical across calls, processes and hash seeds
 from __future__ import annotations
 
 import inspect
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from ..errors import InvalidArgumentError
 from pydantic import BaseModel
@@ -51,7 +51,7 @@ def description(model: type[BaseModel]) -> str:
     return " ".join(inspect.cleandoc(model.__doc__ or "").split())
 
 
-def build_schemas(models: dict[str, type[BaseModel]], fmt: str = "openai", *,
+def build_schemas(models: Mapping[str, type[BaseModel]], fmt: str = "openai", *,
                   include: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Schemas of the tools in ``include`` (default all of ``models``, in their order) in format ``fmt``."""
     if fmt not in FORMATS:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from pydantic import BaseModel, ValidationError
 
@@ -77,7 +77,7 @@ class TerminalTools:
         return self.config.max_result_bytes
 
     @property
-    def models(self) -> dict[str, type[BaseModel]]:
+    def models(self) -> Mapping[str, type[BaseModel]]:
         """The argument model of every tool under the current config (the schemas come from these)."""
         return tool_models(self.config.enable_run_in_background, self.config.enable_terminal_extensions)
 
