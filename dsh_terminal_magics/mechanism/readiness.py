@@ -260,7 +260,7 @@ class ReadinessProbe:
         if not self.available:
             return None
         pgid = self.foreground_pgid()
-        if pgid <= 0 or self.unread_input() != 0:
+        if pgid <= 0:
             return None
         self._timeout = 0.0
         self.running_thread = None
@@ -285,7 +285,9 @@ class ReadinessProbe:
         self._group_idle = state == "idle"
         if state == "idle":
             state = self._outside_reader(members, fence)
-        if state == "tty":
+        # Input still unread is the program's to read first.  (Asked last: a look that found a thread asleep
+        # on the tty, with no run across it, saw no input left then - it would have woken the reader.)
+        if state == "tty" and self.unread_input() == 0:
             self._ready_sample = self._last_sample
             return self._timeout
         return None
