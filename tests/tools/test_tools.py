@@ -21,6 +21,10 @@ def test_open_send_read_close_json_shapes(tools, agent):
     assert dumped.pop("viewport").splitlines() == ["$ echo hi; false", "hi", "$ "]
     assert dumped == {"kind": "foreground", "waitReason": "stdin_read", "sessionStatus": "running",
                       "truncated": False, "exitCode": 1}
+    # What the JSON leaves out rides along for cards and viewers: the raw bytes (escapes included).
+    assert b"hi\r\n" in sent.raw_output and b"\x1b]133;D;1" in sent.raw_output
+    assert sent.interrupted is False and sent.screen_text is None
+    assert sent.model_copy().raw_output == b"" and sent.model_copy() == sent  # (a copy: the fields only)
     read = tools.call("terminal_read", {"sessionId": sid, "count": 2}, agent=agent)
     assert read.model_dump(by_alias=True).keys() == {"text", "totalLines", "lineBegin", "lineEnd", "truncated"}
     assert read.line_end - read.line_begin == 1
