@@ -238,6 +238,7 @@ class SendOperation:
         if self.payload:  # nothing to see before the program runs on it: look when it answers (output, an
             # exit: see wake) or after the first tick - a look in the next turn finds it still running
             delay = max(min(MIN_TICK, self.deadline - self._written_at), 0.0)
+            self._slept_from = self._written_at  # (a sleep like any other: the first step sees what changed)
             self._timer, self._sleeping = session.loop.call_later(delay, self._step), True
         else:
             self._timer = session.loop.call_soon(self._step)
