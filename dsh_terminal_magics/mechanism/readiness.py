@@ -706,17 +706,17 @@ class ReadinessProbe:
         except OSError:
             return False
         terminal = self._terminal
-        if target == terminal.path:
-            return terminal.node is None or _node(f"/proc/{pid}/fd/{fd}") == terminal.node
         if target in _PTY_MASTERS:
             self._masters.append(fd)
             return False
         if target == "/dev/tty":
             stat = self._stat(pid) if terminal.rdev is not None else None
             return stat is not None and stat.tty_nr == terminal.rdev
-        # Another name for the same node (a bind mount)?  Only device paths are looked at (not pipes, sockets).
-        return target.startswith("/dev/") and terminal.node is not None \
-            and _node(f"/proc/{pid}/fd/{fd}") == terminal.node
+        if terminal.node is None:
+            return target == terminal.path
+        # By the node, under any name (a private /dev's console, a bind mount); only device paths are looked at
+        # (not pipes, sockets).
+        return target.startswith("/dev/") and _node(f"/proc/{pid}/fd/{fd}") == terminal.node
 
     def _wait_timeout(self, pid: int, name: str, args: list[int]) -> float | None:
         """A tty wait's timeout in seconds (``math.inf``: none), or None for a timer (under :data:`SHORT_WAIT`)."""
