@@ -211,6 +211,14 @@ class ReadinessProbe:
         except OSError:
             return 0
 
+    def reads_lines(self) -> bool:
+        """True while the tty is in canonical mode: programs read whole lines, none has taken the keys
+        (a full-screen program, a line editor at its prompt).  True when not known."""
+        try:
+            return bool(termios.tcgetattr(self.master_fd)[3] & termios.ICANON)
+        except (OSError, termios.error):
+            return True
+
     def fence(self, accept_stale: bool = False) -> Fence:
         """Snapshot taken right before writing input.
 

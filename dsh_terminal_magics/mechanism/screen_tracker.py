@@ -10,11 +10,18 @@ The rule for the line history: it keeps every byte the main screen shows.
 What a full-screen program draws is left out only while it draws it - on
 the alternate screen (the normaliser cuts at the switch, in the middle of a
 chunk if need be), or by cursor addressing while the process group that
-started drawing holds the foreground.  Suppression ends the moment that
+started drawing holds the foreground.  A drawing starts only while a program
+has taken the keys (the terminal is out of canonical mode, as ``top`` puts
+it): ``clear``, ``tput cup`` or a script's ``\\e[2J`` followed by lines and a
+``read`` are text, kept like any other.  Suppression ends the moment that
 program leaves: the alternate screen is switched off, its group leaves the
-foreground, or the process that drew exits (``sh -c 'top -n 1; echo after'``
-keeps ``sh``'s group in the foreground after ``top`` has gone) - not when
-the shell's prompt comes back.
+foreground, the process that drew exits (``sh -c 'top -n 1; echo after'``
+keeps ``sh``'s group in the foreground after ``top`` has gone), or a chunk
+puts the keypad back (what such a program sends as it leaves) - not when
+the shell's prompt comes back.  The last sign is read from the bytes alone:
+when the drawing and what followed it arrive in one read (a busy machine, a
+pipe), the process that drew may already be gone and another member of its
+group (``sleep``, ``cat``) looks like the drawer.
 """
 from __future__ import annotations
 
@@ -29,6 +36,8 @@ from .screen import ScreenModel, ScreenSnapshot
 _CURSOR_ADDRESSING = re.compile(rb"\x1b\[2J|\x1b\[(?:[2-9]|\d\d+);\d+H")
 #: Sequences a full-screen program sends when it leaves: cursor shown, normal keypad/cursor keys.
 _RESTORE = re.compile(rb"\x1b\[\?25h|\x1b\[\?1l|\x1b>")
+#: Keypad / cursor-key mode set (``h``, ``=``) or put back (``l``, ``>``).
+_KEYPAD = re.compile(rb"\x1b\[\?1([hl])|\x1b([=>])")
 #: A switch of the alternate screen (such a chunk is handled by the normaliser's own cut).
 _SCREEN_SWITCH = re.compile(rb"\x1b\[\?(?:1049|1047|47)[hl]")
 
@@ -54,16 +63,18 @@ class ScreenTracker:
         """True while a full-screen program owns the terminal (alternate screen or cursor addressing)."""
         return self.alternate or self.drawing_group is not None
 
-    def split_chunk(self, data: bytes, foreground: Callable[[], int], shell_pid: int | None) -> int:
+    def split_chunk(self, data: bytes, foreground: Callable[[], int], shell_pid: int | None,
+                    reads_lines: Callable[[], bool] = lambda: False) -> int:
         """How much of ``data`` (from its start) is a cursor-addressing program's drawing.
 
         0: all of it is main-screen text; ``len(data)``: all of it is drawing; in
         between: the program left inside this chunk - its drawing ends with its
         last cursor/keypad restore sequence, and what follows is text again.  ``foreground()`` gives the
-        terminal's foreground group; it is asked only when the answer depends on it (a system call).
+        terminal's foreground group and ``reads_lines()`` whether the terminal is in canonical mode; they
+        are asked only when the answer depends on them (system calls).
         """
         if self.drawing_group is not None:
-            if not self._drawing_program_left(foreground()):
+            if not _puts_keypad_back(data) and not self._drawing_program_left(foreground()):
                 return len(data)
             self._stop_drawing()
             return _last_restore_end(data)
@@ -71,11 +82,11 @@ class ScreenTracker:
                 or not _CURSOR_ADDRESSING.search(data):
             return 0
         group = foreground()
-        if group <= 0 or group == shell_pid:
-            return 0
+        if group <= 0 or group == shell_pid or reads_lines():
+            return 0  # the shell's own output, or a program that moves the cursor but has not taken the keys
         members = self._group_members(group)  # (pid, still running) pairs, zombies included
         drawers = {pid for pid, _ in members if pid != group} or {pid for pid, _ in members}
-        if not any(running for pid, running in members if pid in drawers):
+        if _puts_keypad_back(data) or not any(running for pid, running in members if pid in drawers):
             return _last_restore_end(data) or len(data)  # it has already left: its drawing is all in here
         self.drawing_group = group
         self._drawers = drawers
@@ -127,6 +138,16 @@ def _last_restore_end(data: bytes) -> int:
     for match in _RESTORE.finditer(data):
         end = match.end()
     return end
+
+
+def _puts_keypad_back(data: bytes) -> bool:
+    """True when the last keypad / cursor-key mode sequence in ``data`` puts the keypad back (rmkx)."""
+    if b"\x1b>" not in data and b"\x1b[?1l" not in data:
+        return False
+    last = None
+    for last in _KEYPAD.finditer(data):
+        pass
+    return last is not None and (last.group(1) or last.group(2)) in (b"l", b">")
 
 
 def _running(pid: int) -> bool:

@@ -242,7 +242,7 @@ class Session:
         self.raw.append(data)
         if self.recorder is not None:
             self.recorder.output(data)
-        drawing = self.screen.split_chunk(data, self.foreground_pgid, self.pid)
+        drawing = self.screen.split_chunk(data, self.foreground_pgid, self.pid, self.reads_lines)
         replies = self.replies.scan(data, offset)
         if replies:
             if self.operation is not None and self.probe is not None:
@@ -353,6 +353,10 @@ class Session:
     def foreground_pgid(self) -> int:
         """The terminal's foreground process group (0 when not known)."""
         return self.probe.foreground_pgid() if self.probe else 0
+
+    def reads_lines(self) -> bool:
+        """True while the terminal is in canonical mode (no program has taken the keys)."""
+        return self.probe.reads_lines() if self.probe else True
 
     def activity(self) -> tuple[int, int]:
         """Changes whenever output arrives or a watched foreground process exits."""

@@ -170,6 +170,22 @@ def test_output_after_top_is_kept(term):
         assert "after-42" in term.read().splitlines()[-2], i
 
 
+#: What a full-screen program that keeps the main screen sends (as ``top`` does): keypad on, cursor hidden,
+#: a frame by cursor addressing; as it leaves, keypad back, cursor to the bottom and shown.
+DRAWING = r"printf '\033[?1h\033=\033[?25l\033[H\033[2J\033[5;1Hframe\033[?1l\033>\033[24;1H\r\n\033[?25h'"
+
+
+def test_a_drawing_that_puts_the_keypad_back_has_ended(term):
+    """The drawing and the line after it reach the terminal in one write, while the keys are still taken
+    and `cat` (not the drawer) runs: who drew cannot be told from the processes, so the keypad put back
+    ends the drawing - the next line is kept and the frame stays out."""
+    r, _ = term(f"stty -icanon -echo; {{ {DRAWING}; echo after-$((6*7)); }} | {{ sleep 0.3; cat; sleep 0.3; }}; "
+                "stty icanon echo")
+    tail = r.viewport.split("\n", 1)[1]
+    assert r.wait_reason == "stdin_read" and "after-42" in tail and "frame" not in tail, r.viewport[-300:]
+    shell_gets_the_next_command(term)
+
+
 @needs["vim"]
 def test_output_after_vim_is_kept(term):
     for i in range(10):

@@ -59,6 +59,20 @@ def test_top_batch_and_interactive(manager, agent, shell):
     assert r.screen is not None and r.viewport.startswith("top -") and "PID" in r.viewport
     r = send(manager, agent, shell, "q", submit=False)
     assert r.screen is None and r.wait_reason == "stdin_read"
+    lines = manager.sync.read(agent, shell, 0, 10).lines
+    assert lines[-2:] == ["$ top -d 5", "$ "]  # top had taken the keys: its frames stay out of the history
+
+
+def test_cursor_motion_without_taking_the_keys_is_text(manager, agent, shell):
+    """`clear`, `tput cup` and a script's own escapes move the cursor, but no program took the keys:
+    what follows them is lines like any other, in the result and in the history."""
+    r = send(manager, agent, shell, "sh -c 'clear; echo Welcome; tput cup 5 0; printf \"name? \"; read -r n; "
+                                    "echo hi $n'")
+    assert r.screen is None and r.wait_reason == "stdin_read" and r.viewport.endswith("Welcome\nname? ")
+    r = send(manager, agent, shell, "bob")
+    assert r.screen is None and "hi bob" in r.viewport
+    lines = manager.sync.read(agent, shell, 0, 10).lines
+    assert lines[-4:] == ["Welcome", "name? bob", "hi bob", "$ "]
 
 
 def test_resize_reaches_the_program(manager, agent, shell):
