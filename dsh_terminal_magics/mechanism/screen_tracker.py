@@ -64,7 +64,7 @@ class ScreenTracker:
         return self.alternate or self.drawing_group is not None
 
     def split_chunk(self, data: bytes, foreground: Callable[[], int], shell_pid: int | None,
-                    reads_lines: Callable[[], bool] = lambda: False) -> int:
+                    reads_lines: Callable[[], bool]) -> int:
         """How much of ``data`` (from its start) is a cursor-addressing program's drawing.
 
         0: all of it is main-screen text; ``len(data)``: all of it is drawing; in
@@ -84,9 +84,11 @@ class ScreenTracker:
         group = foreground()
         if group <= 0 or group == shell_pid or reads_lines():
             return 0  # the shell's own output, or a program that moves the cursor but has not taken the keys
+        if _puts_keypad_back(data):
+            return _last_restore_end(data)  # it left inside this chunk, whoever of its group still runs
         members = self._group_members(group)  # (pid, still running) pairs, zombies included
         drawers = {pid for pid, _ in members if pid != group} or {pid for pid, _ in members}
-        if _puts_keypad_back(data) or not any(running for pid, running in members if pid in drawers):
+        if not any(running for pid, running in members if pid in drawers):
             return _last_restore_end(data) or len(data)  # it has already left: its drawing is all in here
         self.drawing_group = group
         self._drawers = drawers
@@ -144,10 +146,8 @@ def _puts_keypad_back(data: bytes) -> bool:
     """True when the last keypad / cursor-key mode sequence in ``data`` puts the keypad back (rmkx)."""
     if b"\x1b>" not in data and b"\x1b[?1l" not in data:
         return False
-    last = None
-    for last in _KEYPAD.finditer(data):
-        pass
-    return last is not None and (last.group(1) or last.group(2)) in (b"l", b">")
+    modes = _KEYPAD.findall(data)  # (CSI ?1 final, ESC final) pairs, one of them empty
+    return bool(modes) and b"".join(modes[-1]) in (b"l", b">")
 
 
 def _running(pid: int) -> bool:
