@@ -26,8 +26,6 @@ from .process_tree import ProcessId, make_leader_preexec, read_stat
 
 #: Most foreground processes watched for exit at once (pidfds).
 MAX_EXIT_WATCHES = 16
-#: Bytes asked for per read of the PTY master (a read that returns fewer emptied its buffer).
-READ_SIZE = 65536
 
 
 def spawn(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
@@ -159,16 +157,11 @@ class PtyChild:
             self._after_read()
 
     def _read_available(self) -> bool:
-        """Read what is waiting (up to 32 reads) and pass it on; whether there was any.
-
-        A read shorter than asked for emptied the PTY's buffer: reading again would only fail (a system call
-        and an exception per chunk, on the hot path of every send).  Output arriving after it makes the
-        master readable again, and the loop's reader (level-triggered) calls back.
-        """
+        """Read what is waiting (up to 32 reads) and pass it on; whether there was any."""
         chunks = []
         for _ in range(32):
             try:
-                data = os.read(self.master_fd, READ_SIZE)
+                data = os.read(self.master_fd, 65536)
             except BlockingIOError:
                 break
             except OSError:
@@ -178,8 +171,6 @@ class PtyChild:
                 _remove_reader(self.loop, self.master_fd)
                 break
             chunks.append(data)
-            if len(data) < READ_SIZE:
-                break
         if chunks:
             self._on_output(b"".join(chunks))
         return bool(chunks)
