@@ -632,13 +632,24 @@ def bench_readiness(reps: int, cpu_window: float, compute_window: float) -> dict
         return elapsed
 
     times: dict[str, list[float]] = {"cat": [], "sleep 0; cat": [], "sleep 0.2; cat (minus 0.2 s)": []}
+    # The shell itself stamps the moment it goes to read, after the quiet period ends with a process's exit:
+    # bash writes $EPOCHREALTIME to a file, then its `read` builtin blocks (no program to start in between,
+    # unlike cat, whose start on a cold CPU is in the figures above).  The delay is result time minus that.
+    stamp = Path(f"/tmp/dsh-bench-stamp-{os.getpid()}")
+    stamped: dict[str, list[float]] = {"sleep 0": [], "sleep 0.2": []}
+
+    def detected(command: str) -> float:
+        run(f"{command}; printf %s \"$EPOCHREALTIME\" > {stamp}; read x")
+        return time.time() - float(stamp.read_text())
+
     for _ in range(reps):
         times["cat"].append(run("cat"))
         times["sleep 0; cat"].append(run("sleep 0; cat"))
         times["sleep 0.2; cat (minus 0.2 s)"].append(run("sleep 0.2; cat") - 0.2)
+        for command in stamped:
+            stamped[command].append(detected(command))
     # In-process quiet periods: the program sleeps or computes, then reads (no process exits, no output to
     # signal it).  It writes time.monotonic() to a file just before input(): the delay is result time minus that.
-    stamp = Path(f"/tmp/dsh-bench-stamp-{os.getpid()}")
     waits = {"python time.sleep(0.2); input()": "time.sleep(0.2)", "python time.sleep(2); input()": "time.sleep(2)",
              "python computes 0.3 s; input()": "while time.monotonic() - t < 0.3: pass",
              "python computes 2 s; input()": "while time.monotonic() - t < 2: pass"}
@@ -660,6 +671,8 @@ def bench_readiness(reps: int, cpu_window: float, compute_window: float) -> dict
     out: dict = {name: summary(values) for name, values in times.items()}
     out["quiet_penalty_ms"] = out["sleep 0.2; cat (minus 0.2 s)"]["median_ms"] - out["sleep 0; cat"]["median_ms"]
     out["vs_cat_alone_ms"] = out["sleep 0.2; cat (minus 0.2 s)"]["median_ms"] - out["cat"]["median_ms"]
+    out.update({f"shell {name}; read x: read to result": summary(values) for name, values in stamped.items()})
+    out["after_quiet_read_ms"] = out["shell sleep 0.2; read x: read to result"]["median_ms"]
     out["cpu_percent_while_waiting"] = cpu_sleeping
     out["loop CPU % while a silent program computes"] = cpu_computing
     out.update({f"{name}: input() to result": summary(values) for name, values in in_process.items()})
@@ -776,9 +789,12 @@ def verdicts(r: dict) -> list[tuple[str, bool, str]]:
                 f"{m['throughput_ratio']:.2f}x ({m['ours, back to back']['sends_per_s']:.0f} vs "
                 f"{m['pexpect threads, back to back']['sends_per_s']:.0f} sends/s)"))
     q = r["readiness"]
-    out.append(("detection after a quiet period: penalty <= 2 ms", q["quiet_penalty_ms"] <= 2,
-                f"{q['quiet_penalty_ms']:.2f} ms (vs cat alone: {q['vs_cat_alone_ms']:.2f} ms, which includes "
-                "starting sleep)"))
+    at_once = q["shell sleep 0; read x: read to result"]["median_ms"]
+    out.append(("detection after a quiet period (shell: sleep 0.2, then read), read to result <= 2 ms",
+                q["after_quiet_read_ms"] <= 2,
+                f"{q['after_quiet_read_ms']:.2f} ms (after sleep 0: {at_once:.2f} ms; end to end, sleep 0.2; cat "
+                f"minus 0.2 s minus sleep 0; cat: {q['quiet_penalty_ms']:.2f} ms, which includes starting cat "
+                "after the quiet period)"))
     short = q["python time.sleep(0.2); input(): input() to result"]["median_ms"]
     out.append(("in-process quiet period: python time.sleep(2) then input(), input() to result <= 2 ms",
                 q["in_process_after_2s_ms"] <= 2,
