@@ -119,6 +119,8 @@ def stat_of(raw: bytes | None, pid: int) -> ProcessStat | None:
 
 #: Open ``/proc`` files all :class:`ProcFiles` may keep at once: at most this, and a quarter of the fd limit.
 PROC_FILES_BUDGET = 4096
+#: Processes besides its program whose files a :class:`ProcFiles` keeps open (the foreground command's).
+KEPT_OTHERS = 2
 _proc_files_open = 0
 
 
@@ -133,8 +135,9 @@ class ProcFiles:
     A readiness check reads a dozen small files, most of them the session's
     program's (a shell or REPL at its prompt); opening each costs three
     syscalls (10 us here), re-reading an open one costs one (2 us).  Only the
-    files of the process given (:meth:`keep_files_of`) are kept: a command's
-    processes come and go.  An fd of ``/proc/PID/...`` stays bound to that
+    files of the process given (:meth:`keep_files_of`) and of the few named
+    with :meth:`keep_also` (the command in the foreground, looked at on every
+    tick while it runs) are kept: a command's processes come and go.  An fd of ``/proc/PID/...`` stays bound to that
     process (``mem`` to its memory image), so a read of a process that exited
     (or exec'd, for ``mem``) fails; then the path is opened afresh once, which
     reads whatever has that pid now - the same answer as reading by path.  At most ``limit``
@@ -146,12 +149,26 @@ class ProcFiles:
         self.limit = limit
         self._fds: dict[str, int] = {}
         self._prefix = ""
+        self._also: tuple[str, ...] = ()
+        self._prefixes: tuple[str, ...] = ()
         self.keep_files_of(pid)
 
     def keep_files_of(self, pid: int) -> None:
         """Keep ``pid``'s files from now on (closing those of the process kept so far)."""
         self._prefix = f"/proc/{pid}/"
-        for path in [p for p in self._fds if not p.startswith(self._prefix)]:
+        self._keep(self._also)
+
+    def keep_also(self, pids: list[int]) -> None:
+        """Keep the files of ``pids`` too, at most :data:`KEPT_OTHERS` of them (closing those of the others
+        kept so far)."""
+        also = tuple(f"/proc/{pid}/" for pid in pids[:KEPT_OTHERS])
+        if also != self._also:
+            self._keep(also)
+
+    def _keep(self, also: tuple[str, ...]) -> None:
+        self._also = also
+        self._prefixes = (self._prefix, *also)
+        for path in [p for p in self._fds if not p.startswith(self._prefixes)]:
             self._forget(path)
 
     def read(self, path: str) -> bytes | None:
@@ -189,7 +206,7 @@ class ProcFiles:
 
     def _open_and_read(self, path: str, size: int, offset: int) -> bytes | None:
         global _proc_files_open
-        if not (path.startswith(self._prefix) and len(self._fds) < self.limit
+        if not (path.startswith(self._prefixes) and len(self._fds) < self.limit
                 and _proc_files_open < _proc_files_budget()):
             return read_proc(path, size, offset)
         try:

@@ -431,6 +431,8 @@ class ReadinessProbe:
             members = [pid for pid, stat in process_table().items()
                        if stat.pgrp == pgid and not stat.gone and pid not in self.wrappers]
         self._group_cache = (pgid, members)
+        # A command's files are read on every tick while it runs: keep them open too (its leader first).
+        self._files.keep_also([] if pgid == self.leader_pid else members)
         return members
 
     def _walk_group(self, seeds: list[int], pgid: int) -> list[int]:

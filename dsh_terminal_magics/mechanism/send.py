@@ -278,7 +278,8 @@ class SendOperation:
             self._after_sleep(now, self._slept_from)
         if not session.running:
             return "session_exit"
-        if not self._may_skip_check(self._quiet_tick, now - self._checked_at):
+        skipped = self._may_skip_check(self._quiet_tick, now - self._checked_at)
+        if not skipped:
             self._checked_at, self._checked = now, True
             if self._ready(self.fence, self._partial_from) and self._nothing_asked_since():
                 return "stdin_read"
@@ -294,18 +295,24 @@ class SendOperation:
             return "timeout"
         if now >= idle_at and not self.cancel_requested:
             return "inferred_idle"
-        self._sleep(now, idle_at)
+        probe = session.probe
+        self._sleep(now, idle_at, nothing_ran=skipped and probe is not None and probe.running_thread is None)
         return None
 
-    def _sleep(self, now: float, idle_at: float) -> None:
-        """Schedule the next step: at the next turn while looking closely, else after the tick."""
+    def _sleep(self, now: float, idle_at: float, nothing_ran: bool = False) -> None:
+        """Schedule the next step: at the next turn while looking closely, else after the tick.
+
+        ``nothing_ran``: this step skipped its check because no thread of the group has run since the last
+        one - the group is the one already watched for exits (a full check, at least every second, watches
+        anew)."""
         loop = self.session.loop
         self._slept_from = now
         if self._spins > 0 or now < self._burst_until:
             self._spins -= 1
             self._timer, self._sleeping = loop.call_soon(self._step), False  # queued already: no sleep to cut
             return
-        self.session.watch_foreground_exits()
+        if not nothing_ran:
+            self.session.watch_foreground_exits()
         delay = min(self._tick, self._busy_tick(now - self._event_at), self.deadline - now,
                     max(idle_at - now, 0.0005))
         wakes = self._sleep_ends(now) if self._tick >= SLEEP_WATCH_TICK else None

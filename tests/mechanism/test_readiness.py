@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
+import threading
+import time
 
 import pytest
 
@@ -281,6 +284,38 @@ def test_a_computing_program_is_looked_at_often_and_cheaply(manager, agent, shel
     assert looks.count("waiting_for_input") < looks.count("still_running") / 5  # the looks are the cheap kind
     assert send(manager, agent, shell, "answer").viewport.splitlines()[:2] == ["ok> answer", "answer"]
     assert "N-42" in send(manager, agent, shell, "echo N-$((6*7))").viewport
+
+
+def _proc_files_open() -> list[str]:
+    """What this process's descriptors that point into /proc name."""
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return [link for link in links if link.startswith("/proc/")]
+
+
+def test_a_quiet_command_is_looked_at_through_files_kept_open(manager, agent, shell):
+    """While a silent command runs, every tick reads its threads' scheduler stats: through a file kept open
+    (one pread a tick), not opened and closed each time (three system calls, on the old code); once the shell
+    has the terminal again, the command's files are closed."""
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    done: dict = {}
+    sender = threading.Thread(target=lambda: done.update(r=send(manager, agent, shell, "sleep 2")))
+    sender.start()
+    kept: list[str] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not kept and time.monotonic() < deadline and sender.is_alive():
+            group = manager.loop_thread.call(session.foreground_pgid)
+            if group not in (0, session.pid):
+                kept = [path for path in _proc_files_open() if path.startswith(f"/proc/{group}/")]
+            time.sleep(0.05)
+    finally:
+        sender.join()
+    assert kept and any(path.endswith("/schedstat") for path in kept), kept
+    assert done["r"].wait_reason == "stdin_read", done
+    assert not [path for path in _proc_files_open() if path.startswith(f"/proc/{group}/")]
 
 
 def test_a_send_after_a_prompt_takes_its_fence_from_the_last_check(manager, agent, shell):
