@@ -167,11 +167,16 @@ class TwoThreadFloor:
         import threading
 
         argv = ["bash", "--noprofile", "--norc"] if kind == "shell" else [sys.executable, "-q", "-i"]
-        self.pid, self.fd = pty.fork()
+        self.fd, self.slave = os.openpty()
+        self.pid = os.fork()
         if self.pid == 0:
+            os.setsid()
+            fcntl.ioctl(self.slave, termios.TIOCSCTTY, 0)
+            for fd in (0, 1, 2):
+                os.dup2(self.slave, fd)
+            os.closerange(3, 1024)
             os.execvpe(argv[0], argv, {**os.environ, "TERM": "dumb", "PYTHONSTARTUP": ""})
         os.set_blocking(self.fd, False)
-        self.slave = os.open(os.readlink(f"/proc/{self.pid}/fd/0"), os.O_RDWR | os.O_NOCTTY)
         self.bell = os.eventfd(0, os.EFD_NONBLOCK)
         self.job: tuple[bytes, threading.Lock] | None = None
         self.closing = False
