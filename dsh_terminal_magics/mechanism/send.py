@@ -158,6 +158,8 @@ class SendOperation:
         self._activity = self._activity_at_write = (0, 0)
         #: Checks right after output (none at the start: the program has yet to run); whether one ran yet.
         self._spins, self._tick, self._quiet_tick, self._checked = 0, MIN_TICK, False, False
+        #: Whether this send watches the foreground group's exits yet (see _sleep).
+        self._watching = False
         self._done_callbacks: list[Callable[["asyncio.Future[SendResult]"], object]] = []
 
     @property
@@ -303,16 +305,17 @@ class SendOperation:
         """Schedule the next step: at the next turn while looking closely, else after the tick.
 
         ``nothing_ran``: this step skipped its check because no thread of the group has run since the last
-        one - the group is the one already watched for exits (a full check, at least every second, watches
-        anew)."""
+        one - once this send watches the group for exits, it is the group already watched (a full check, at
+        least every second, watches anew)."""
         loop = self.session.loop
         self._slept_from = now
         if self._spins > 0 or now < self._burst_until:
             self._spins -= 1
             self._timer, self._sleeping = loop.call_soon(self._step), False  # queued already: no sleep to cut
             return
-        if not nothing_ran:
+        if not (nothing_ran and self._watching):
             self.session.watch_foreground_exits()
+            self._watching = True
         delay = min(self._tick, self._busy_tick(now - self._event_at), self.deadline - now,
                     max(idle_at - now, 0.0005))
         wakes = self._sleep_ends(now) if self._tick >= SLEEP_WATCH_TICK else None

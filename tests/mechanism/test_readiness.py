@@ -318,6 +318,19 @@ def test_a_quiet_command_is_looked_at_through_files_kept_open(manager, agent, sh
     assert not [path for path in _proc_files_open() if path.startswith(f"/proc/{group}/")]
 
 
+def test_text_queued_behind_a_silent_command_still_watches_its_exit(manager, agent, shell):
+    """Text sent while an earlier command runs with echo off stays unread and nothing runs, so every look is
+    skipped - yet the send watches the command's exit (a pidfd) from its first tick: it looks the moment the
+    command ends, not at the next slow tick or the once-a-second full check."""
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    first = send(manager, agent, shell, "stty -echo; sleep 1.0; stty echo", idle=0.25)
+    assert first.wait_reason == "inferred_idle", first
+    exits = manager.loop_thread.call(lambda: session.child.exits_seen)
+    r = send(manager, agent, shell, "echo after-$((6*7))")
+    assert r.wait_reason == "stdin_read" and "after-42" in r.viewport, r
+    assert manager.loop_thread.call(lambda: session.child.exits_seen) > exits
+
+
 def test_a_send_after_a_prompt_takes_its_fence_from_the_last_check(manager, agent, shell):
     """Nothing has run since the check that saw the prompt: that check's sample is the fence (one small read
     per thread, no walk of the group).  After a send that left the program running, the fence walks again."""
