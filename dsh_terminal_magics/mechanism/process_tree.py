@@ -148,27 +148,24 @@ class ProcFiles:
     def __init__(self, pid: int, limit: int = 16) -> None:
         self.limit = limit
         self._fds: dict[str, int] = {}
-        self._prefix = ""
-        self._also: tuple[str, ...] = ()
-        self._prefixes: tuple[str, ...] = ()
+        #: The directories whose files are kept: the program's first, then those named by keep_also.
+        self._prefixes: tuple[str, ...] = ("",)
         self.keep_files_of(pid)
 
     def keep_files_of(self, pid: int) -> None:
         """Keep ``pid``'s files from now on (closing those of the process kept so far)."""
-        self._prefix = f"/proc/{pid}/"
-        self._keep(self._also)
+        self._keep((f"/proc/{pid}/", *self._prefixes[1:]))
 
     def keep_also(self, pids: list[int]) -> None:
         """Keep the files of ``pids`` too, at most :data:`KEPT_OTHERS` of them (closing those of the others
         kept so far)."""
         also = tuple(f"/proc/{pid}/" for pid in pids[:KEPT_OTHERS])
-        if also != self._also:
-            self._keep(also)
+        if also != self._prefixes[1:]:
+            self._keep((self._prefixes[0], *also))
 
-    def _keep(self, also: tuple[str, ...]) -> None:
-        self._also = also
-        self._prefixes = (self._prefix, *also)
-        for path in [p for p in self._fds if not p.startswith(self._prefixes)]:
+    def _keep(self, prefixes: tuple[str, ...]) -> None:
+        self._prefixes = prefixes
+        for path in [p for p in self._fds if not p.startswith(prefixes)]:
             self._forget(path)
 
     def read(self, path: str) -> bytes | None:
