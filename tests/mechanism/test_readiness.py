@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import threading
-import time
 
 import pytest
 
 from dsh_terminal_magics.mechanism import SendRequest
-from tests.conftest import start_send
+from tests.conftest import pty_fds, start_send, wait_for
 
 
 def send(manager, agent, sid, text, **kw):
@@ -286,13 +284,10 @@ def test_a_computing_program_is_looked_at_often_and_cheaply(manager, agent, shel
     assert "N-42" in send(manager, agent, shell, "echo N-$((6*7))").viewport
 
 
-def _proc_files_open() -> list[str]:
-    """What this process's descriptors that point into /proc name."""
-    links = []
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            links.append(os.readlink(f"/proc/self/fd/{fd}"))
-    return [link for link in links if link.startswith("/proc/")]
+def _kept_files_of(group: int) -> list[str]:
+    """The /proc files of process ``group`` this process holds open."""
+    targets = [entry.split("->", 1)[1] for entry in pty_fds()]
+    return [path for path in targets if path.startswith(f"/proc/{group}/")]
 
 
 def test_a_quiet_command_is_looked_at_through_files_kept_open(manager, agent, shell):
@@ -301,21 +296,20 @@ def test_a_quiet_command_is_looked_at_through_files_kept_open(manager, agent, sh
     has the terminal again, the command's files are closed."""
     session = manager.loop_thread.call(manager.session, agent, shell)
     done: dict = {}
+
+    def command_files_kept() -> tuple[int, list[str]] | None:
+        group = manager.loop_thread.call(session.foreground_pgid)
+        kept = _kept_files_of(group) if group not in (0, session.pid) else []
+        return (group, kept) if any(path.endswith("/schedstat") for path in kept) else None
+
     sender = threading.Thread(target=lambda: done.update(r=send(manager, agent, shell, "sleep 2")))
     sender.start()
-    kept: list[str] = []
     try:
-        deadline = time.monotonic() + 30
-        while not kept and time.monotonic() < deadline and sender.is_alive():
-            group = manager.loop_thread.call(session.foreground_pgid)
-            if group not in (0, session.pid):
-                kept = [path for path in _proc_files_open() if path.startswith(f"/proc/{group}/")]
-            time.sleep(0.05)
+        group = wait_for(command_files_kept, interval=0.05)[0]
     finally:
         sender.join()
-    assert kept and any(path.endswith("/schedstat") for path in kept), kept
     assert done["r"].wait_reason == "stdin_read", done
-    assert not [path for path in _proc_files_open() if path.startswith(f"/proc/{group}/")]
+    assert not _kept_files_of(group)
 
 
 def test_text_queued_behind_a_silent_command_still_watches_its_exit(manager, agent, shell):
