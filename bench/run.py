@@ -18,6 +18,7 @@ import json
 import os
 import platform
 import pty
+import random
 import re
 import shutil
 import statistics
@@ -122,6 +123,26 @@ def bench_idle_costs(reps: int) -> dict:
 
 
 # -- round trip ---------------------------------------------------------------------------------
+def interleave(methods: dict[str, Callable[[], object]], reps: int, seed: int = 16) -> dict[str, list[float]]:
+    """Time every method ``reps`` times, running each once per round in an order shuffled anew each round
+    (seeded: runs are repeatable), so that over the run each method follows every other about equally often.
+
+    (Rotating a fixed order each round is not enough: it keeps the cyclic order, so with six methods each
+    one runs right after the same one five times in six and never after some - warm behind a fast one every
+    time, or cold behind a sleeping one.)
+    """
+    shuffle = random.Random(seed).shuffle
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    order = list(methods)
+    for _ in range(reps):
+        shuffle(order)
+        for name in order:
+            started = time.perf_counter()
+            methods[name]()
+            times[name].append(time.perf_counter() - started)
+    return times
+
+
 class PexpectPrompt:
     """The fastest known-prompt baseline: pexpect with no send delay, expecting a unique prompt."""
 
@@ -297,15 +318,12 @@ def bench_round_trip(reps: int) -> dict:
         if tmux is not None and tmux_fair is not None:
             methods["tmux send-keys + 100 ms capture-pane"] = lambda: tmux.round_trip(text)
             methods["tmux send-keys + capture at once, then every 10 ms"] = lambda: tmux_fair.round_trip(text)
-        times: dict[str, list[float]] = {m: [] for m in methods}
-        order = list(methods)
-        for i in range(reps):
-            order = order[1:] + order[:1]  # rotate: no method always follows the same one
-            for name in order:
-                fn = methods[name]
-                started = time.perf_counter()
-                fn()
-                times[name].append(time.perf_counter() - started)
+        times = interleave(methods, reps)
+        # The same two back to back, nothing else in the round: each follows a send of its own or the other's,
+        # so both run warm (what the interleaved rows above pay extra is the cost of running cold).
+        warm = interleave({"ours (tools.call), back to back with pexpect": ours,
+                           "pexpect, back to back with ours": lambda: pexp.round_trip(text)}, reps // 2)
+        times.update(warm)
         pexp.close()
         floor.close()
         if tmux is not None and tmux_fair is not None:
@@ -522,8 +540,9 @@ def loop_thread_cpu(tools: TerminalTools) -> float:
         return int(f.read().split()[0]) / 1e9
 
 
-def drive(workers: list[Callable[[], object]], seconds: float) -> dict:
-    """Each worker in its own thread, calling its function in a loop for ``seconds``: throughput and latency."""
+def drive(workers: list[Callable[[], object]], seconds: float) -> tuple[list[float], float]:
+    """Each worker in its own thread, calling its function in a loop for ``seconds``: every call's latency, and
+    the seconds the threads ran (see :func:`load`)."""
     import threading
 
     latencies: list[list[float]] = [[] for _ in workers]
@@ -548,13 +567,10 @@ def drive(workers: list[Callable[[], object]], seconds: float) -> dict:
     began = time.perf_counter()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - began
-    flat = [v for per in latencies for v in per]
-    return {"sends": len(flat), "sends_per_s": len(flat) / elapsed, "p50_ms": pct(flat, 0.5) * 1000,
-            "p95_ms": pct(flat, 0.95) * 1000}
+    return [v for per in latencies for v in per], time.perf_counter() - began
 
 
-def drive_paced(workers: list[Callable[[], object]], seconds: float, period: float) -> dict:
+def drive_paced(workers: list[Callable[[], object]], seconds: float, period: float) -> tuple[list[float], float]:
     """Each worker sends once every ``period`` seconds (an agent between model turns): latency under load
     that leaves room, unlike :func:`drive`, where latency is just the number of workers over throughput."""
     def paced(fn: Callable[[], object], offset: float) -> Callable[[], object]:
@@ -573,46 +589,67 @@ def drive_paced(workers: list[Callable[[], object]], seconds: float, period: flo
 
     timed: list[float] = []
     drive([paced(fn, period * i / len(workers)) for i, fn in enumerate(workers)], seconds)
-    return {"sends": len(timed), "sends_per_s": len(timed) / seconds, "period_s": period,
-            "p50_ms": pct(timed, 0.5) * 1000, "p95_ms": pct(timed, 0.95) * 1000}
+    return timed, seconds
+
+
+def load(*runs: tuple[list[float], float]) -> dict:
+    """Throughput and latency over one or more runs of :func:`drive` or :func:`drive_paced`, pooled."""
+    flat = [v for latencies, _ in runs for v in latencies]
+    seconds = sum(elapsed for _, elapsed in runs)
+    return {"sends": len(flat), "sends_per_s": len(flat) / seconds, "p50_ms": pct(flat, 0.5) * 1000,
+            "p95_ms": pct(flat, 0.95) * 1000}
 
 
 def bench_many_agents(count: int, seconds: float, sweep: tuple[int, ...]) -> dict:
     """``count`` agents, each with its own shell, each sending ``echo hi`` in a loop (one thread per agent),
     against ``count`` threads each driving pexpect on a known prompt; then a sweep of agent counts to show
-    where the single loop thread saturates (its CPU share beside the throughput)."""
+    where the single loop thread saturates (its CPU share beside the throughput).
+
+    Both sets of shells stay open throughout, and ours and pexpect's alternate in windows of half of
+    ``seconds`` (ours first, then pexpect first): a slow spell of the machine falls on both sides alike."""
     tools = TerminalTools()
     agents = [Agent(f"agent-{i}") for i in range(count)]
     sids = [tools.call("terminal_open", {"type": "shell"}, agent=a).session_id for a in agents]
+    children = [PexpectPrompt("shell") for _ in range(count)]
 
     def ours(i: int) -> Callable[[], object]:
         args = {"sessionId": sids[i], "text": "echo hi"}
         return lambda: tools.call("terminal_send", args, agent=agents[i])
 
-    single = drive([ours(0)], max(1.0, seconds / 4))
-    single_paced = drive_paced([ours(0)], max(2.0, seconds / 2), period=0.1)
-    cpu0 = loop_thread_cpu(tools)
-    many = drive([ours(i) for i in range(count)], seconds)
-    many["loop_thread_cpu_percent"] = 100 * (loop_thread_cpu(tools) - cpu0) / seconds
-    paced = drive_paced([ours(i) for i in range(count)], seconds, period=0.1)
+    mine = [ours(i) for i in range(count)]
+    theirs: list[Callable[[], object]] = [(lambda c=c: c.round_trip("echo hi")) for c in children]
+    half = seconds / 2
+    single = load(drive([ours(0)], max(1.0, seconds / 4)))
+    single_paced = load(drive_paced([ours(0)], max(2.0, seconds / 2), period=0.1))
+    runs: dict[str, list[tuple[list[float], float]]] = {"ours": [], "theirs": [], "ours paced": [],
+                                                          "theirs paced": []}
+    cpu = 0.0
+    for first in ("ours", "theirs"):
+        for side in (first, "theirs" if first == "ours" else "ours"):
+            workers = mine if side == "ours" else theirs
+            cpu0 = loop_thread_cpu(tools)
+            runs[side].append(drive(workers, half))
+            if side == "ours":
+                cpu += loop_thread_cpu(tools) - cpu0
+            runs[f"{side} paced"].append(drive_paced(workers, half, period=0.1))
+    many, paced = load(*runs["ours"]), load(*runs["ours paced"])
+    many["loop_thread_cpu_percent"] = 100 * cpu / seconds
     saturation = {}
     for n in sweep:
         cpu0 = loop_thread_cpu(tools)
-        row = drive([ours(i) for i in range(n)], max(1.0, seconds / 3))
+        row = load(drive([ours(i) for i in range(n)], max(1.0, seconds / 3)))
         row["loop_thread_cpu_percent"] = 100 * (loop_thread_cpu(tools) - cpu0) / max(1.0, seconds / 3)
         saturation[str(n)] = row
     tools.shutdown()
-    children = [PexpectPrompt("shell") for _ in range(count)]
-    theirs = drive([(lambda c=c: c.round_trip("echo hi")) for c in children], seconds)
-    theirs_paced = drive_paced([(lambda c=c: c.round_trip("echo hi")) for c in children], seconds, period=0.1)
     for c in children:
         c.close()
+    them, them_paced = load(*runs["theirs"]), load(*runs["theirs paced"])
     return {"agents": count, "seconds": seconds, "single agent, back to back": single,
             "single agent, every 100 ms": single_paced, "ours, back to back": many,
-            "pexpect threads, back to back": theirs, "ours, every 100 ms each": paced,
-            "pexpect threads, every 100 ms each": theirs_paced, "sweep": saturation,
+            "pexpect threads, back to back": them, "ours, every 100 ms each": paced,
+            "pexpect threads, every 100 ms each": them_paced, "sweep": saturation,
             "paced_p95_vs_single_median": paced["p95_ms"] / single_paced["p50_ms"],
-            "throughput_ratio": many["sends_per_s"] / theirs["sends_per_s"]}
+            "throughput_ratio": many["sends_per_s"] / them["sends_per_s"]}
 
 
 # -- readiness after quiet periods ---------------------------------------------------------------------
@@ -724,15 +761,10 @@ def bench_kernel(reps: int, flood_bytes: int) -> dict:
 
     cells = {"%term_send echo hi": "%term_send echo hi", "!echo hi": "!echo hi",
              "%%bash echo hi": "%%bash\necho hi", "1 (an empty cell)": "1"}
-    echo: dict[str, list[float]] = {name: [] for name in cells}
     try:
         cell("%load_ext dsh_terminal_magics")
         cell("%term_open")
-        order = list(cells)
-        for _ in range(reps):
-            order = order[1:] + order[:1]
-            for name in order:
-                echo[name].append(cell(cells[name]))
+        echo = interleave({name: (lambda code=code: cell(code)) for name, code in cells.items()}, reps)
         idle = [cell("1") for _ in range(reps)]
         cell(f"%term_send --bg {producer(flood_bytes)}")
         flood = []

@@ -1,9 +1,11 @@
 """The benchmark suite runs end to end (quick sizes) so it cannot rot; timings are reported, never asserted."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -19,3 +21,18 @@ def test_quick_benchmark_runs_and_reports_every_target():
     assert results["scale"]["leftover_processes"] == 0  # correctness, not speed
     free = results["round_trip"]["prompt-free"]
     assert all(v["wait_reasons"] == ["stdin_read"] for v in free.values() if "skipped" not in v)
+
+
+def test_interleaving_puts_every_method_right_after_every_other():
+    """A baseline must not always run right after the same method (warm behind a fast one, cold behind a
+    sleeping one): over a run, every ordered pair of methods occurs back to back."""
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    ran: list[str] = []
+    names = ["ours", "pexpect", "floor", "tmux"]
+    times = bench.interleave({name: (lambda name=name: ran.append(name)) for name in names}, 200)
+    assert {name: len(values) for name, values in times.items()} == {name: 200 for name in names}
+    pairs = Counter(zip(ran, ran[1:]))
+    assert all(pairs[(a, b)] >= 20 for a in names for b in names if a != b), pairs
