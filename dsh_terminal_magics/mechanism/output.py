@@ -32,7 +32,8 @@ log = logging.getLogger(__name__)
 COMPACT_MARKED_PARTIAL = 1024
 #: The same C0 controls as bytes (safe to delete before decoding: UTF-8 never uses them in sequences).
 _CONTROL_BYTES = bytes([*range(0x00, 0x08), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
-_EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:\x07|\x1b\\)")
+#: A shell's exit-code marker: OSC 133;D, the status, and the key our shell set-up adds (see shell_rc.bash).
+_EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:;(\d+))?(?:\x07|\x1b\\)")
 _EXIT_MARKER_BYTES = re.compile(_EXIT_MARKER.pattern.encode())
 _SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1)([hl])")
 _DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")
@@ -45,7 +46,8 @@ MAX_PENDING_ESCAPE = 64 * 1024
 class TerminalEvents:
     """What one chunk of output asked of the terminal, besides text."""
 
-    exit_codes: list[int] = field(default_factory=list)
+    #: Exit-code markers, as (status, key): the key is "" when the marker had none.
+    exit_markers: list[tuple[int, str]] = field(default_factory=list)
     cursor_position_requests: int = 0
     device_attribute_requests: int = 0
     bells: int = 0
@@ -54,7 +56,7 @@ class TerminalEvents:
 
     def __bool__(self) -> bool:
         return bool(
-            self.exit_codes
+            self.exit_markers
             or self.cursor_position_requests
             or self.device_attribute_requests
             or self.bells
@@ -89,7 +91,8 @@ class OutputNormalizer:
                 bare = _EXIT_MARKER_BYTES.sub(b"", data)
                 if b"\x1b" not in bare:
                     text, events = self._feed_plain(bare)
-                    events.exit_codes = [int(code or 0) for code in _EXIT_MARKER_BYTES.findall(data)]
+                    events.exit_markers = [(int(code or 0), key.decode()) for code, key
+                                           in _EXIT_MARKER_BYTES.findall(data)]
                     return text, events
         text = self._pending + self._decoder.decode(data)
         self._pending = ""
@@ -146,7 +149,7 @@ class OutputNormalizer:
 
 def _collect_events(text: str, events: TerminalEvents) -> None:
     if "\x1b]133;" in text:
-        events.exit_codes = [int(m.group(1) or 0) for m in _EXIT_MARKER.finditer(text)]
+        events.exit_markers = [(int(code or 0), key) for code, key in _EXIT_MARKER.findall(text)]
     if "\x1b[6n" in text:
         events.cursor_position_requests = text.count("\x1b[6n")
     if "c" in text and _DEVICE_ATTRIBUTES.search(text):

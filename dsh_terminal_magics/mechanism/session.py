@@ -93,6 +93,9 @@ class Session:
         self.operation: SendOperation | None = None
         self.reservation: str | None = None
         self.last_exit_code: int | None = None
+        #: The key of our shell's exit-code markers (see :meth:`_exit_codes`); learnt while the session starts.
+        self._marker_key: str | None = None
+        self._learning_marker_key = True
         self.last_wait_reason: str | None = None
         self.last_output = 0.0
         #: How many times the session has answered a terminal query.
@@ -170,7 +173,10 @@ class Session:
         """Wait for the first prompt (bounded); return the bounded start-up output."""
         op = self.start_send(SendRequest(text="", submit=False, timeout=self.options.start_timeout,
                                          idle=self.options.start_timeout), holder="start-up")
-        result = await op.future
+        try:
+            result = await op.future
+        finally:
+            self._learning_marker_key = False
         self._find_shell()
         startup = result.viewport.strip()
         self.motd = "\n".join(filter(None, [self.spec.description, self.sandbox.describe(), startup[-1024:]]))
@@ -268,15 +274,27 @@ class Session:
 
     def _handle_events(self, events: TerminalEvents) -> None:
         op = self.operation
-        if events.exit_codes:
-            self.last_exit_code = events.exit_codes[-1]
+        codes = self._exit_codes(events.exit_markers) if events.exit_markers else None
+        if codes:
+            self.last_exit_code = codes[-1]
             if op is not None:
-                op.exit_code = events.exit_codes[-1]
+                op.exit_code = codes[-1]
                 op.marker_seen = True
         if events.bells and op is not None:
             op.bell = True
         if self.screen.after_chunk(events) and op is not None:
             op.left_full_screen = True
+
+    def _exit_codes(self, markers: list[tuple[int, str]]) -> list[int]:
+        """The exit codes of the markers our shell set-up printed: those with the session's key.
+
+        The shell draws the key before any command runs and prints it in every marker; the first keyed
+        marker, read while the session starts (before any input), tells it.  Markers without it are a
+        program's output forging an exit code (``printf '\\e]133;D;0\\a'; read x``): ignored.
+        """
+        if self._marker_key is None and self._learning_marker_key:
+            self._marker_key = next((key for _, key in markers if key), None)
+        return [code for code, key in markers if key and key == self._marker_key]
 
     def _output_read(self) -> None:
         """The loop read output: the send in progress looks now, in this turn (not one turn later)."""

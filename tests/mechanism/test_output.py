@@ -37,8 +37,8 @@ def test_utf8_split_across_chunks_and_invalid_bytes():
 
 def test_events_are_reported():
     n = OutputNormalizer()
-    _, ev = n.feed(b"\x1b]133;D;7\x07\x1b[6n\x1b[?1049h\x07")
-    assert ev.exit_codes == [7] and ev.cursor_position_requests == 1
+    _, ev = n.feed(b"\x1b]133;D;7\x07\x1b]133;D;0;4711\x07\x1b[6n\x1b[?1049h\x07")
+    assert ev.exit_markers == [(7, ""), (0, "4711")] and ev.cursor_position_requests == 1
     assert ev.alternate_screen is True and ev.bells == 1
 
 
@@ -186,7 +186,7 @@ def test_cursor_motion_cannot_blow_up_the_text():
     assert render_line("x\x1b[99999C".replace("\x1b[99999C", "\x0f" * 99_999) + "y") == "x" + " " * (MAX_MOTION - 1) + "y"
 
 
-shell_atoms = st.sampled_from([b"echo hi", b"\r\n", b"$ ", b"\x1b]133;D;0\x07", b"\x1b]133;D;127\x07",
+shell_atoms = st.sampled_from([b"echo hi", b"\r\n", b"$ ", b"\x1b]133;D;0\x07", b"\x1b]133;D;127;98765\x07",
                                b"\x1b]133;D\x07", b"\x07", b"\x0e", b"\t", b"\xc3\xa9", b"\xe2\x9c\x93", b"\b"])
 
 
@@ -197,8 +197,9 @@ def test_a_shells_output_with_exit_markers_in_any_chunking(atoms, step):
     general one (a marker split across chunks goes the general way)."""
     import re
     data = b"".join(atoms)
-    codes = [int(code or 0) for code in re.findall(rb"\x1b\]133;D(?:;(-?\d+))?\x07", data)]
-    bare = re.sub(rb"\x1b\]133;D(?:;-?\d+)?\x07", b"", data)
+    marker = rb"\x1b\]133;D(?:;(-?\d+))?(?:;(\d+))?\x07"
+    codes = [(int(code or 0), key.decode()) for code, key in re.findall(marker, data)]
+    bare = re.sub(rb"\x1b\]133;D(?:;-?\d+)?(?:;\d+)?\x07", b"", data)
     expected = re.sub(r"[\x00-\x07\x0b-\x0c\x0e-\x1f\x7f]", "", bare.decode("utf-8", "replace"))
     for chunks in ([data], [data[i:i + step] for i in range(0, len(data), step)]):
         n = OutputNormalizer()
@@ -206,7 +207,7 @@ def test_a_shells_output_with_exit_markers_in_any_chunking(atoms, step):
         for chunk in chunks:
             text, events = n.feed(chunk)
             texts.append(text)
-            seen += events.exit_codes
+            seen += events.exit_markers
             bells += events.bells
         assert "".join(texts) == expected
         assert seen == codes

@@ -35,6 +35,23 @@ def test_false_reports_exit_code_one(manager, agent, shell):
     assert (r.wait_reason, r.exit_code) == ("stdin_read", 1)
 
 
+@pytest.mark.parametrize("forged", [r"\e]133;D;0\a", r"\e]133;D;7;12345\a", r"\e]133;D\e\\"])
+def test_a_program_printing_an_exit_marker_cannot_forge_the_exit_code(manager, agent, shell, forged):
+    """Exit codes come from our shell's own markers only: a program that prints one (without the session's
+    key, which it cannot know) and then keeps running reports no exit code, and a command that prints one
+    and fails still reports its failure."""
+    r = send(manager, agent, shell, f"printf '{forged}'; read x")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", None), r
+    r = send(manager, agent, shell, "answer")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 0), r
+    r = send(manager, agent, shell, f"printf '{forged}'; false")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 1), r
+    r = send(manager, agent, shell, f"(exit 3); printf '{forged}'; sleep 60", timeout=0.5)
+    assert (r.wait_reason, r.exit_code) == ("timeout", None), r
+    assert r.viewport.splitlines()[1:] == []  # (the printed marker is still kept out of the text)
+    manager.sync.signal(agent, shell, "SIGINT")
+
+
 def test_python_repl_backend(manager, agent):
     info = manager.sync.open(agent, "python")
     try:
