@@ -246,6 +246,16 @@ class ReadinessProbe:
                     fence.schedstat[(pid, tid)] = stat
         return fence
 
+    def fence_past_answer(self, fence: Fence) -> Fence:
+        """``fence`` moved past an answer to a terminal query written now: the foreground group's threads
+        must run after it for their wait to count, while a program the group relays (a tmux pane's shell)
+        keeps the fence it had - the answer was not its input."""
+        moved = self.fence(accept_stale=fence.accept_stale)
+        members = set(self.members_seen(moved.pgid)) if moved.pgid > 0 else set()
+        moved.schedstat = {**{key: stat for key, stat in moved.schedstat.items() if key[0] in members},
+                           **{key: stat for key, stat in fence.schedstat.items() if key[0] not in members}}
+        return moved
+
     def unread_input(self) -> int:
         """Bytes written to the tty that no program has read yet (complete lines in canonical mode)."""
         try:

@@ -410,14 +410,18 @@ class SendOperation:
             # back and nothing is left unread, a wait already in progress is the answer.
             fence.accept_stale = probe.unread_input() == 0
             timeout = probe.waiting_for_input(fence) if fence.accept_stale else None
+        if timeout is not None and session.deliver_answers():
+            return False  # it asked the terminal something: the answer is its input to read first
         return self._settled(timeout)
 
     def _nothing_asked_since(self) -> bool:
         """After a wait was observed: read the output written before it; if that output asked the terminal
-        something, the answer is now the program's pending input - it is not waiting for the caller."""
+        something (an answer it will read is written now), the answer is the program's pending input - it
+        is not waiting for the caller."""
         session = self.session
         answered = session.replies_written
         session.drain()
+        session.deliver_answers()
         return session.replies_written == answered
 
     def _settled(self, timeout: float | None) -> bool:

@@ -27,8 +27,8 @@ from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker
-from .send import SendOperation, SendRequest, SendResult
-from .terminal_replies import TerminalReplies
+from .send import MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
+from .terminal_replies import HeldAnswers, TerminalReplies
 
 
 
@@ -96,10 +96,17 @@ class Session:
         #: The key of our shell's exit-code markers (see :meth:`_exit_codes`); learnt while the session starts.
         self._marker_key: str | None = None
         self._learning_marker_key = True
+        #: Whether input was typed since our shell's last prompt (its keyed marker): False means it sits at
+        #: its prompt, and a query from its group is no command's (see :meth:`deliver_answers`).  True when
+        #: no marker tells (a REPL).
+        self._typed_since_prompt = True
         self.last_wait_reason: str | None = None
         self.last_output = 0.0
         #: How many times the session has answered a terminal query.
         self.replies_written = 0
+        #: Answers to terminal queries not written yet, and the look for their reader while no send runs.
+        self.held_answers = HeldAnswers()
+        self._reader_look: asyncio.TimerHandle | None = None
         self.listeners = OutputListeners()
         self.recorder: CastRecorder | None = None
         self.probe: ReadinessProbe | None = None
@@ -230,6 +237,10 @@ class Session:
             self.child.close_fds()
         if self.probe is not None:
             self.probe.close()
+        if self._reader_look is not None:
+            self._reader_look.cancel()
+            self._reader_look = None
+        self.held_answers.drop()
         if self.recorder is not None:
             self.recorder.close()
             self.recorder = None
@@ -251,11 +262,7 @@ class Session:
         drawing = self.screen.split_chunk(data, self.foreground_pgid, self.pid, self.reads_lines)
         replies = self.replies.scan(data, offset)
         if replies:
-            if self.operation is not None and self.probe is not None:
-                # The answer is input too: a wait counts only once the program has run after it.
-                self.operation.fence = self.probe.fence()
-            self.write_now(replies)
-            self.replies_written += 1
+            self._hold_answers(replies)
         if drawing:  # a cursor-addressing program's drawing stays out of the line history
             self.normalizer.suppressed = True
             self._normalize(data[:drawing])
@@ -276,6 +283,7 @@ class Session:
         op = self.operation
         codes = self._exit_codes(events.exit_markers) if events.exit_markers else None
         if codes:
+            self._typed_since_prompt = False
             self.last_exit_code = codes[-1]
             if op is not None:
                 op.exit_code = codes[-1]
@@ -295,6 +303,61 @@ class Session:
         if self._marker_key is None and self._learning_marker_key:
             self._marker_key = next((key for _, key in markers if key), None)
         return [code for code, key in markers if key and key == self._marker_key]
+
+    # -- answers to terminal queries --------------------------------------------------------
+    def _hold_answers(self, answers: bytes) -> None:
+        """Answer the queries just read once the group that asked reads the terminal (see
+        :class:`HeldAnswers`): the send in progress hands them over when it sees the program wait
+        (:meth:`deliver_answers`), else a look of their own does.  Without ``/proc``, written at once."""
+        if self.probe is None or not self.probe.available:
+            self._write_answers(answers)
+            return
+        self.held_answers.hold(self.foreground_pgid(), answers, self.replies.asked_until, time.monotonic())
+        if self.operation is None:
+            self._look_for_reader_soon(MIN_TICK)
+
+    def deliver_answers(self) -> bool:
+        """The foreground group was just seen waiting on the terminal: write the answers it asked for, drop
+        the rest.  True when anything was written (the program has input to read first)."""
+        if not self.held_answers:
+            return False
+        self.drain()  # (what it printed before it waited: a prompt after its query means it will not read)
+        reader = self.foreground_pgid()
+        answers = self.held_answers.take(reader, self._own_group(reader), self.raw.total,
+                                         at_prompt=not self._typed_since_prompt)
+        if answers:
+            self._write_answers(answers)
+        return bool(answers)
+
+    def _write_answers(self, answers: bytes) -> None:
+        if self.operation is not None and self.probe is not None:
+            # The answer is input too: a wait counts only once the program has run after it.
+            self.operation.fence = self.probe.fence_past_answer(self.operation.fence)
+        self.write_now(answers)
+        self.replies_written += 1
+
+    def _own_group(self, pgid: int) -> bool:
+        """Whether ``pgid`` is the session's own program's group (the shell, the REPL, or its wrapper's)."""
+        return pgid == self.pid or (self.child is not None and pgid == self.child.pid) \
+            or (self.probe is not None and pgid in self.probe.wrappers)
+
+    def _look_for_reader_soon(self, tick: float) -> None:
+        if self._reader_look is None:
+            self._reader_look = self.loop.call_later(tick, self._look_for_reader, tick)
+
+    def _look_for_reader(self, tick: float) -> None:
+        """No send looks at the program: look whether the group that asked reads the terminal now, on a tick
+        backing off to :data:`MAX_TICK`; answers held :data:`HOLD_ANSWERS` are dropped."""
+        self._reader_look = None
+        if not self.held_answers or self.operation is not None or self.probe is None:
+            return  # (a send in progress hands them over)
+        if not self.running or self.held_answers.expired(time.monotonic()):
+            self.held_answers.drop()
+            return
+        if self.probe.waiting_for_input(Fence(accept_stale=True)) is not None:
+            self.deliver_answers()
+        if self.held_answers:
+            self._look_for_reader_soon(min(tick * 2, MAX_TICK))
 
     def _output_read(self) -> None:
         """The loop read output: the send in progress looks now, in this turn (not one turn later)."""
@@ -318,6 +381,7 @@ class Session:
     def type_input(self, data: bytes) -> None:
         """Type ``data`` into the terminal without waiting, as a person at the keyboard would."""
         if self.running:
+            self._typed_since_prompt = True
             self.loop.create_task(self.write_all(data, time.monotonic() + 30.0))
 
     # -- sends -----------------------------------------------------------------------------
@@ -341,6 +405,7 @@ class Session:
         payload = request.payload(self.screen.application_cursor)  # may refuse bad keys: before any change
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self.write_now(payload[:4096]) if payload else 0  # the program starts on it at once
+        self._typed_since_prompt = self._typed_since_prompt or bool(payload)
         op = SendOperation(self, request, payload)  # (its output is read only after this call returns)
         self.reservation = holder
         self.operation = op
@@ -354,6 +419,8 @@ class Session:
             self.reservation = None
         if result is not None:
             self.last_wait_reason = result.wait_reason
+        if self.held_answers:
+            self._look_for_reader_soon(MIN_TICK)
         self.listeners()
 
     # -- size, recording -------------------------------------------------------------------

@@ -13,6 +13,13 @@ the program set, sizes from the PTY.  Requests for something this terminal
 does not have get the answer xterm gives for "not supported" (DECRQM 0,
 DECRQSS/XTGETTCAP ``0``), never an invented value.
 
+An answer is input, and input waits in the terminal until someone reads it:
+if the program that asked ends without reading (``printf '\\e[c'``, ``cat`` of
+a file holding a query), the shell's line editor would read the answer as
+typed keys, garbling or swallowing the caller's next command.  So the session
+holds answers (:class:`HeldAnswers`) until the group that asked is seen
+waiting on the terminal, and drops those nobody will read.
+
 The work is bounded, since what a program prints is untrusted: one chunk of
 output gets at most :data:`MAX_ANSWERS` answers (the PTY's input queue holds
 no more), and after the first query, bringing the screen model up to the
@@ -34,6 +41,12 @@ CELL_WIDTH = 8
 #: What ``ESC[c`` and ``ESC[>c`` answer: a VT220-class terminal with ANSI colour, firmware 10.
 PRIMARY_DA = b"\x1b[?62;22c"
 SECONDARY_DA = b"\x1b[>1;10;0c"
+#: How long an answer waits for the program that asked to read the terminal (seconds); then it is dropped,
+#: as if lost on a slow line.
+HOLD_ANSWERS = 10.0
+#: Most answer bytes held at once (about what a PTY's input queue takes): a program that asks without end and
+#: never reads (``yes $'\\e[6n'``) cannot grow them; answers past it are dropped.
+MAX_HELD_BYTES = 4096
 #: Longest unfinished query held over to the next chunk.
 MAX_CARRY = 256
 #: Most answers to one chunk of output: about what a 4 KiB PTY input queue takes.
@@ -84,6 +97,8 @@ class TerminalReplies:
         self.palette: dict[int, str] = {}
         #: Queries left unanswered because a chunk asked too many or too far ahead of the screen model.
         self.unanswered = 0
+        #: The raw output offset just past the last query :meth:`scan` answered.
+        self.asked_until = 0
         self._deadline: float | None = None
 
     @property
@@ -95,7 +110,8 @@ class TerminalReplies:
         return self.dynamic.get(11, DEFAULT_BG)
 
     def scan(self, data: bytes, offset: int) -> bytes:
-        """The replies to the queries in ``data`` (which starts at absolute raw offset ``offset``)."""
+        """The replies to the queries in ``data`` (which starts at absolute raw offset ``offset``);
+        :attr:`asked_until` is then the raw offset just past the last query answered."""
         if not self._carry and data.count(b"\x1b") == data.count(b"\x1b]133;D"):
             return b""  # no escape, or only a shell's exit-code markers: nothing asked
         text = self._carry + data
@@ -110,6 +126,7 @@ class TerminalReplies:
             reply = self._answer(match, base)
             if reply:
                 replies.append(reply)
+                self.asked_until = base + match.end()
         tail = _UNFINISHED.search(text, max(0, len(text) - MAX_CARRY))
         if tail is not None:
             self._carry = tail.group()
@@ -217,6 +234,56 @@ class TerminalReplies:
         return f"\x1b[{'?' if private else ''}{mode};{state}$y".encode()
 
 
+class HeldAnswers:
+    """Answers to terminal queries, held until the program that asked reads the terminal.
+
+    Each answer remembers the foreground group when its query was read and where the query ended in the
+    output.  :meth:`take` is called when the foreground group is seen waiting on the terminal: it returns
+    the answers that group asked for, and drops the rest - those of a group that has lost the terminal, and
+    those the session's own program (the shell, the REPL) asked for when it is back at its prompt (the
+    command that asked ended without reading, or a background job asked while the shell sat at its prompt)
+    or printed more after the query (a REPL's next prompt; a builtin's ``read -p $'\\e[6n'`` prints
+    nothing after its query).  :meth:`expired` tells when the oldest has waited :data:`HOLD_ANSWERS`.
+    """
+
+    def __init__(self) -> None:
+        self._held: list[tuple[int, bytes, int]] = []
+        self._bytes = 0
+        self._since = 0.0
+        #: Answers dropped so far.
+        self.dropped = 0
+
+    def __bool__(self) -> bool:
+        return bool(self._held)
+
+    def hold(self, asker: int, answers: bytes, asked_until: int, now: float) -> None:
+        """Hold ``answers`` to queries group ``asker`` printed, ending at raw offset ``asked_until``."""
+        if self._bytes + len(answers) > MAX_HELD_BYTES:
+            self.dropped += 1
+            return
+        if not self._held:
+            self._since = now
+        self._held.append((asker, answers, asked_until))
+        self._bytes += len(answers)
+
+    def take(self, reader: int, own_program: bool, output_total: int, at_prompt: bool = False) -> bytes:
+        """What to write now that group ``reader`` waits on the terminal (``own_program``: it is the session's
+        own program, ``at_prompt``: back at its prompt; ``output_total``: the raw output count now).
+        Everything held is answered or dropped."""
+        held, self._held, self._bytes = self._held, [], 0
+        kept = [answers for asker, answers, until in held
+                if asker == reader and not (own_program and (at_prompt or output_total > until))]
+        self.dropped += len(held) - len(kept)
+        return b"".join(kept)
+
+    def expired(self, now: float) -> bool:
+        return bool(self._held) and now - self._since >= HOLD_ANSWERS
+
+    def drop(self) -> None:
+        self.dropped += len(self._held)
+        self._held, self._bytes = [], 0
+
+
 def parse_colour(spec: str) -> str | None:
     """An X11 colour spec (``#rgb``, ``#rrggbb``, ``rgb:r/g/b`` with 1-4 hex digits) as ``#rrggbb``."""
     spec = spec.strip()
@@ -241,4 +308,4 @@ def _xterm_rgb(colour: str) -> bytes:
     return f"rgb:{r}{r}/{g}{g}/{b}{b}".encode()
 
 
-__all__ = ["BASIC_COLOURS", "TerminalReplies", "parse_colour"]
+__all__ = ["BASIC_COLOURS", "HeldAnswers", "TerminalReplies", "parse_colour"]

@@ -10,8 +10,9 @@ import pytest
 from dsh_terminal_magics.mechanism import SendRequest
 from dsh_terminal_magics.mechanism.output import OutputNormalizer, RawRing
 from dsh_terminal_magics.mechanism.screen_tracker import ScreenTracker
-from dsh_terminal_magics.mechanism.terminal_replies import (MAX_ANSWERS, PRIMARY_DA, SECONDARY_DA, TerminalReplies,
-                                                           parse_colour)
+from dsh_terminal_magics.mechanism.terminal_replies import (HOLD_ANSWERS, MAX_ANSWERS, MAX_HELD_BYTES, PRIMARY_DA,
+                                                           SECONDARY_DA, HeldAnswers, TerminalReplies, parse_colour)
+from tests.conftest import wait_for
 
 #: A program that puts the terminal in raw mode, writes each query and saves the answers as JSON.
 ASKER = textwrap.dedent(r"""
@@ -134,3 +135,113 @@ def test_a_query_beside_an_exit_marker_is_answered():
     for chunk in (b"\x1b]133;D;0\x07\x1b[c", b"\x1b[c\x1b]133;D;0\x07"):
         raw.append(chunk)
         assert replies.scan(chunk, raw.total - len(chunk)) == PRIMARY_DA
+
+
+QUERIES = [b"\x1b[c", b"\x1b[>c", b"\x1b[6n", b"\x1b]11;?\x07", b"\x1b[18t", b"\x1b[?1049$p", b"\x1bP+q544e\x1b\\",
+           b"\x1b[>q"]
+
+
+def printf_format(query: bytes) -> str:
+    """``query`` as a single-quoted printf format."""
+    return query.decode().replace("\\", "\\\\").replace("\x1b", "\\e").replace("\x07", "\\a")
+
+
+@pytest.fixture
+def shell(manager, agent):
+    sid = manager.sync.open(agent, "shell").session_id
+    yield sid
+    manager.sync.close(agent, sid)
+
+
+def sent(manager, agent, sid, text, **kw):
+    return manager.sync.send(agent, sid, SendRequest(text, **kw))
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_an_answer_nobody_reads_never_reaches_the_next_command(manager, agent, shell, tmp_path, query):
+    """A command that prints a query and ends without reading the answer (a builtin, ``cat`` of a file
+    holding one): the answer must not be typed into the shell's line, where it garbled or swallowed the
+    caller's next command (``62;22cecho hi: command not found``)."""
+    (tmp_path / "q.txt").write_bytes(b"text\n" + query)
+    for command in (f"printf '{printf_format(query)}'", f"cat {tmp_path / 'q.txt'}", f"cat {tmp_path / 'q.txt'}; sleep 0.1"):
+        first = sent(manager, agent, shell, command)
+        assert first.wait_reason == "stdin_read" and first.viewport.endswith("\n$ "), (command, first)
+        r = sent(manager, agent, shell, "echo hi")
+        assert r.viewport.splitlines() == ["$ echo hi", "hi", "$ "] and r.exit_code == 0, (command, r)
+
+
+def test_a_background_jobs_query_at_the_prompt_is_not_typed_into_it(manager, agent, shell):
+    """A job asks the terminal while the shell sits at its prompt (no send running): the answer is dropped,
+    not typed into the prompt's line."""
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    r = sent(manager, agent, shell, "(sleep 0.3; printf '\\e[c') &")
+    assert r.wait_reason == "stdin_read", r
+    wait_for(lambda: manager.loop_thread.call(lambda: session.held_answers.dropped) >= 1, timeout=20)
+    sent(manager, agent, shell, "wait")
+    r = sent(manager, agent, shell, "echo hi")
+    assert r.viewport.splitlines() == ["$ echo hi", "hi", "$ "] and r.exit_code == 0, r
+
+
+def test_the_shells_own_read_of_an_answer_still_gets_it(manager, agent, shell):
+    """The shell asking and reading the answer itself (the usual way to get the cursor position in bash)."""
+    r = sent(manager, agent, shell, "IFS='[;' read -p $'\\e[5;9H\\e[6n' -d R -rs _ row col; echo \"at $row,$col\"")
+    assert r.wait_reason == "stdin_read" and "at 5,9" in r.viewport, r
+
+
+def test_a_python_repl_printing_a_query_keeps_its_next_line(manager, agent):
+    sid = manager.sync.open(agent, "python").session_id
+    try:
+        r = sent(manager, agent, sid, "print('\\x1b[6n')")
+        assert r.wait_reason == "stdin_read", r
+        r = sent(manager, agent, sid, "print(2+2)")
+        assert r.viewport.splitlines()[-2:] == ["4", ">>> "], r
+    finally:
+        manager.sync.close(agent, sid)
+
+
+def test_an_answer_read_after_the_send_ended_is_still_delivered(manager, agent, shell, tmp_path):
+    """The program asks, then reads only later, after the send that started it has ended (here on its
+    timeout): the answer waits for its read, with no send looking at the program."""
+    script = tmp_path / "late.py"
+    answer = tmp_path / "answer.txt"
+    script.write_text(textwrap.dedent(f"""
+        import os, select, termios, time, tty
+        saved = termios.tcgetattr(0)
+        tty.setraw(0)
+        os.write(1, b"\\x1b[c")
+        time.sleep(1.0)
+        reply = b""
+        while not reply.endswith(b"c") and select.select([0], [], [], 5)[0]:
+            reply += os.read(0, 64)
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+        open({str(answer)!r}, "wb").write(reply)
+    """))
+    r = sent(manager, agent, shell, f"{sys.executable} {script}", timeout=0.5)
+    assert r.wait_reason == "timeout", r
+    wait_for(answer.exists, timeout=20)
+    wait_for(lambda: answer.read_bytes() != b"", timeout=5)
+    assert answer.read_bytes() == PRIMARY_DA
+    assert sent(manager, agent, shell, "", submit=False).wait_reason == "stdin_read"  # (the shell's prompt)
+    r = sent(manager, agent, shell, "echo hi")
+    assert r.viewport.splitlines()[-2:] == ["hi", "$ "], r
+
+
+def test_held_answers_go_to_the_group_that_asked_or_nowhere():
+    held = HeldAnswers()
+    held.hold(asker=50, answers=b"A", asked_until=10, now=0.0)
+    held.hold(asker=60, answers=b"B", asked_until=20, now=1.0)
+    assert held.take(reader=50, own_program=False, output_total=99) == b"A"  # B's group lost the terminal
+    assert not held and held.dropped == 1
+    held.hold(asker=7, answers=b"C", asked_until=30, now=2.0)
+    assert held.take(reader=7, own_program=True, output_total=30) == b"C"  # the shell asked and reads
+    held.hold(asker=7, answers=b"D", asked_until=40, now=3.0)
+    assert held.take(reader=7, own_program=True, output_total=45) == b""  # it printed its prompt since
+    held.hold(asker=7, answers=b"D", asked_until=50, now=3.0)
+    assert held.take(reader=7, own_program=True, output_total=50, at_prompt=True) == b""  # a background job's
+    assert held.dropped == 3
+    held.hold(asker=9, answers=b"E", asked_until=50, now=4.0)
+    assert not held.expired(4.0 + HOLD_ANSWERS - 0.1) and held.expired(4.0 + HOLD_ANSWERS)
+    held.drop()
+    for i in range(2 * MAX_HELD_BYTES // 8):  # a program asking without end, never reading
+        held.hold(asker=9, answers=b"\x1b[1;1R" + b"x", asked_until=60 + i, now=5.0)
+    assert len(held.take(reader=9, own_program=False, output_total=0)) <= MAX_HELD_BYTES
