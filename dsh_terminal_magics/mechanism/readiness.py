@@ -352,7 +352,7 @@ class ReadinessProbe:
         if self.running_thread is None:
             return False
         stat = self._stat(*self.running_thread)
-        return stat is not None and stat.state not in "StZX"
+        return stat is not None and stat.state in "RD"  # (a stopped one, T, is not: ^Z, SIGSTOP)
 
     def sleep_ends(self, now: float) -> float | None:
         """When the first thread of the last check that is in a timed wait wakes up (``time.monotonic()``
@@ -606,7 +606,7 @@ class ReadinessProbe:
         stat = self._take_leader_stat(pid, tid) or self._stat(pid, tid)
         if stat is None:
             return None
-        if stat.gone:
+        if stat.gone or stat.state == "T":  # (stopped: it neither runs nor reads until continued)
             sample[(pid, tid)] = before
             return "idle"
         if stat.state not in "St":

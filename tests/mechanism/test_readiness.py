@@ -52,6 +52,25 @@ def test_a_program_printing_an_exit_marker_cannot_forge_the_exit_code(manager, a
     manager.sync.signal(agent, shell, "SIGINT")
 
 
+@pytest.mark.parametrize("how", ["ctrl-z", "sigstop"])
+def test_a_command_that_stops_is_seen_at_the_next_look(manager, agent, shell, monkeypatch, how):
+    """A foreground command that stops (Ctrl-Z while it computes, or SIGSTOP) hands the terminal back to the
+    shell.  A stopped thread counted as still running, so every look was skipped until the once-a-second
+    full check; with that check pushed out of reach, such a send never came back."""
+    from dsh_terminal_magics.mechanism import send as send_module
+    monkeypatch.setattr(send_module, "FULL_CHECK_EVERY", 3600.0)
+    if how == "ctrl-z":
+        r = send(manager, agent, shell, f"{sys.executable} -c 'while 1: pass'", timeout=0.5)
+        assert r.wait_reason == "timeout", r  # (computing in the foreground)
+        r = send(manager, agent, shell, "", submit=False, keys=("C-z",), idle=30, timeout=30)
+    else:
+        stops = "import os, signal, time\nt = time.time()\nwhile time.time() - t < 0.3: pass\n" \
+                "os.kill(os.getpid(), signal.SIGSTOP)"  # (computes, so a look finds it running, then stops)
+        r = send(manager, agent, shell, f"{sys.executable} -c '{stops}'", idle=30, timeout=30)
+    assert r.wait_reason == "stdin_read" and "Stopped" in r.viewport and r.viewport.endswith("$ "), r
+    assert "gone" in send(manager, agent, shell, "kill -9 %1; wait; echo gone").viewport
+
+
 def test_python_repl_backend(manager, agent):
     info = manager.sync.open(agent, "python")
     try:
