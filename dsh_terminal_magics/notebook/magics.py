@@ -229,8 +229,12 @@ class TerminalMagics(Magics):
         raise UsageError("no open terminal session: open one with %term_open")
 
     def _write(self, text: str) -> None:
+        """Write into the cell.  In a kernel, its stdout sends what was written within its flush interval
+        (0.2 s), so the prompt, the output and the closing newline of a quick send go out as one message
+        (a flush per write made three, each a round through the kernel's IO thread and the frontend)."""
         sys.stdout.write(text)
-        sys.stdout.flush()
+        if not self._in_kernel():
+            sys.stdout.flush()
 
     def _in_kernel(self) -> bool:
         return getattr(self.shell, "kernel", None) is not None
