@@ -140,6 +140,8 @@ class ReadinessProbe:
         self._leader_pid = leader_pid
         #: Processes of a wrapper around the program (bubblewrap) that only wait for it: never members.
         self.wrappers: frozenset[int] = frozenset()
+        #: The processes the last check found freshly waiting on the tty.
+        self.tty_readers: list[int] = []
         #: Thread ids per pid, read once per check (a walk and the verdict both need them).
         self._tasks: dict[int, list[int]] = {}
         #: /proc files read by checks; the program's are kept open (a check re-reads the same dozen files).
@@ -286,6 +288,7 @@ class ReadinessProbe:
         self._leader_stat = None
         self._relayed = []
         self._outside = []
+        self.tty_readers = []
         self._too_big = False
         self.through_relay = False
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
@@ -628,6 +631,8 @@ class ReadinessProbe:
             self._timeout = timeout_before  # the relay's own wait says nothing: the inner one's timeout counts
             return self._relayed_state(pid, self._masters, fence)
         fresh = fence.accept_stale or fence.schedstat.get((pid, tid)) != after
+        if fresh:
+            self.tty_readers.append(pid)
         return "tty" if fresh else "busy"
 
     def _relayed_state(self, relay: int, masters: list[int], fence: Fence) -> str:

@@ -323,8 +323,8 @@ class Session:
             return False
         self.drain()  # (what it printed before it waited: a prompt after its query means it will not read)
         reader = self.foreground_pgid()
-        answers = self.held_answers.take(reader, self._own_group(reader), self.raw.total,
-                                         at_prompt=not self._typed_since_prompt)
+        editor = self.probe is not None and self.pid in self.probe.tty_readers  # (not a child in its group)
+        answers = self.held_answers.take(reader, editor, self.raw.total, at_prompt=not self._typed_since_prompt)
         if answers:
             self._write_answers(answers)
         return bool(answers)
@@ -335,11 +335,6 @@ class Session:
             self.operation.fence = self.probe.fence_past_answer(self.operation.fence)
         self.write_now(answers)
         self.replies_written += 1
-
-    def _own_group(self, pgid: int) -> bool:
-        """Whether ``pgid`` is the session's own program's group (the shell, the REPL, or its wrapper's)."""
-        return pgid == self.pid or (self.child is not None and pgid == self.child.pid) \
-            or (self.probe is not None and pgid in self.probe.wrappers)
 
     def _look_for_reader_soon(self, tick: float) -> None:
         if self._reader_look is None:

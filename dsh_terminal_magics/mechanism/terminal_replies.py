@@ -239,10 +239,11 @@ class HeldAnswers:
 
     Each answer remembers the foreground group when its query was read and where the query ended in the
     output.  :meth:`take` is called when the foreground group is seen waiting on the terminal: it returns
-    the answers that group asked for, and drops the rest - those of a group that has lost the terminal, and
-    those the session's own program (the shell, the REPL) asked for when it is back at its prompt (the
-    command that asked ended without reading, or a background job asked while the shell sat at its prompt)
-    or printed more after the query (a REPL's next prompt; a builtin's ``read -p $'\\e[6n'`` prints
+    the answers that group asked for, and drops the rest: those of a group that has lost the terminal, and -
+    when the one waiting is the session's own program, its line editor (the shell, the REPL; not a child
+    it runs in its group, as a REPL's ``os.system('vim')``) - those asked before it came back to its prompt
+    (the command that asked ended without reading, or a background job asked while the shell sat at its
+    prompt) or followed by more output (the REPL's next prompt; a builtin's ``read -p $'\\e[6n'`` prints
     nothing after its query).  :meth:`expired` tells when the oldest has waited :data:`HOLD_ANSWERS`.
     """
 
@@ -267,9 +268,9 @@ class HeldAnswers:
         self._bytes += len(answers)
 
     def take(self, reader: int, own_program: bool, output_total: int, at_prompt: bool = False) -> bytes:
-        """What to write now that group ``reader`` waits on the terminal (``own_program``: it is the session's
-        own program, ``at_prompt``: back at its prompt; ``output_total``: the raw output count now).
-        Everything held is answered or dropped."""
+        """What to write now that group ``reader`` waits on the terminal (``own_program``: the one waiting is
+        the session's own program, ``at_prompt``: back at its prompt; ``output_total``: the raw output count
+        now).  Everything held is answered or dropped."""
         held, self._held, self._bytes = self._held, [], 0
         kept = [answers for asker, answers, until in held
                 if asker == reader and not (own_program and (at_prompt or output_total > until))]

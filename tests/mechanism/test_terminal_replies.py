@@ -199,6 +199,33 @@ def test_a_python_repl_printing_a_query_keeps_its_next_line(manager, agent):
         manager.sync.close(agent, sid)
 
 
+def test_a_program_a_repl_runs_in_its_own_group_gets_its_answers(manager, agent, tmp_path):
+    """A REPL does no job control: ``subprocess.run`` runs a program in the REPL's own group.  One that asks,
+    draws, then reads (as vim does) still gets its answer: the one waiting is that program, not the REPL's
+    line editor, whose answers are dropped once it has printed more."""
+    script = tmp_path / "draws.py"
+    answer = tmp_path / "answer.txt"
+    script.write_text(textwrap.dedent(f"""
+        import os, select, termios, tty
+        saved = termios.tcgetattr(0)
+        tty.setraw(0)
+        os.write(1, b"\\x1b[c" + b"drawing the screen\\r\\n")
+        reply = b""
+        while not reply.endswith(b"c") and select.select([0], [], [], 5)[0]:
+            reply += os.read(0, 64)
+        termios.tcsetattr(0, termios.TCSADRAIN, saved)
+        open({str(answer)!r}, "wb").write(reply)
+    """))
+    sid = manager.sync.open(agent, "python").session_id
+    try:
+        argv = [sys.executable, str(script)]
+        r = sent(manager, agent, sid, f"import subprocess; subprocess.run({argv!r})", timeout=20)
+        assert r.wait_reason == "stdin_read" and r.viewport.endswith(">>> "), r
+        assert answer.read_bytes() == PRIMARY_DA
+    finally:
+        manager.sync.close(agent, sid)
+
+
 def test_an_answer_read_after_the_send_ended_is_still_delivered(manager, agent, shell, tmp_path):
     """The program asks, then reads only later, after the send that started it has ended (here on its
     timeout): the answer waits for its read, with no send looking at the program."""
