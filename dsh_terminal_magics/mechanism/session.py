@@ -98,7 +98,7 @@ class Session:
         self._learning_marker_key = True
         #: Whether input was typed since our shell's last prompt (its keyed marker): False means it sits at
         #: its prompt, and a query from its group is no command's (see :meth:`deliver_answers`).  True when
-        #: no marker tells (a REPL).
+        #: no marker tells (a REPL: its answers are always delivered).
         self._typed_since_prompt = True
         self.last_wait_reason: str | None = None
         self.last_output = 0.0
@@ -312,7 +312,7 @@ class Session:
         if self.probe is None or not self.probe.available:
             self._write_answers(answers)
             return
-        self.held_answers.hold(self.foreground_pgid(), answers, self.replies.asked_until, time.monotonic())
+        self.held_answers.hold(self.foreground_pgid(), answers, time.monotonic())
         if self.operation is None:
             self._look_for_reader_soon(MIN_TICK)
 
@@ -321,10 +321,9 @@ class Session:
         the rest.  True when anything was written (the program has input to read first)."""
         if not self.held_answers:
             return False
-        self.drain()  # (what it printed before it waited: a prompt after its query means it will not read)
-        reader = self.foreground_pgid()
+        self.drain()  # (what it printed before it waited: our shell's prompt marker after its query)
         editor = self.probe is not None and self.pid in self.probe.tty_readers  # (not a child in its group)
-        answers = self.held_answers.take(reader, editor, self.raw.total, at_prompt=not self._typed_since_prompt)
+        answers = self.held_answers.take(self.foreground_pgid(), editor and not self._typed_since_prompt)
         if answers:
             self._write_answers(answers)
         return bool(answers)

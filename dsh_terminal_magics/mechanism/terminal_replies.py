@@ -97,8 +97,6 @@ class TerminalReplies:
         self.palette: dict[int, str] = {}
         #: Queries left unanswered because a chunk asked too many or too far ahead of the screen model.
         self.unanswered = 0
-        #: The raw output offset just past the last query :meth:`scan` answered.
-        self.asked_until = 0
         self._deadline: float | None = None
 
     @property
@@ -110,8 +108,7 @@ class TerminalReplies:
         return self.dynamic.get(11, DEFAULT_BG)
 
     def scan(self, data: bytes, offset: int) -> bytes:
-        """The replies to the queries in ``data`` (which starts at absolute raw offset ``offset``);
-        :attr:`asked_until` is then the raw offset just past the last query answered."""
+        """The replies to the queries in ``data`` (which starts at absolute raw offset ``offset``)."""
         if not self._carry and data.count(b"\x1b") == data.count(b"\x1b]133;D"):
             return b""  # no escape, or only a shell's exit-code markers: nothing asked
         text = self._carry + data
@@ -126,7 +123,6 @@ class TerminalReplies:
             reply = self._answer(match, base)
             if reply:
                 replies.append(reply)
-                self.asked_until = base + match.end()
         tail = _UNFINISHED.search(text, max(0, len(text) - MAX_CARRY))
         if tail is not None:
             self._carry = tail.group()
@@ -237,18 +233,17 @@ class TerminalReplies:
 class HeldAnswers:
     """Answers to terminal queries, held until the program that asked reads the terminal.
 
-    Each answer remembers the foreground group when its query was read and where the query ended in the
-    output.  :meth:`take` is called when the foreground group is seen waiting on the terminal: it returns
-    the answers that group asked for, and drops the rest: those of a group that has lost the terminal, and -
-    when the one waiting is the session's own program, its line editor (the shell, the REPL; not a child
-    it runs in its group, as a REPL's ``os.system('vim')``) - those asked before it came back to its prompt
-    (the command that asked ended without reading, or a background job asked while the shell sat at its
-    prompt) or followed by more output (the REPL's next prompt; a builtin's ``read -p $'\\e[6n'`` prints
-    nothing after its query).  :meth:`expired` tells when the oldest has waited :data:`HOLD_ANSWERS`.
+    Each answer remembers the foreground group when its query was read.  :meth:`take` is called when the
+    foreground group is seen waiting on the terminal: it returns the answers that group asked for, and
+    drops the rest - those of a group that has lost the terminal, and all of them when the one waiting is
+    the session's own shell back at its prompt (the command that asked ended without reading, or a
+    background job asked while the shell sat at its prompt).  A builtin that asks and reads
+    (``read -p $'\\e[6n' -d R``), or a program a REPL runs in its own group, still gets its answer.
+    :meth:`expired` tells when the oldest has waited :data:`HOLD_ANSWERS`.
     """
 
     def __init__(self) -> None:
-        self._held: list[tuple[int, bytes, int]] = []
+        self._held: list[tuple[int, bytes]] = []
         self._bytes = 0
         self._since = 0.0
         #: Answers dropped so far.
@@ -257,23 +252,21 @@ class HeldAnswers:
     def __bool__(self) -> bool:
         return bool(self._held)
 
-    def hold(self, asker: int, answers: bytes, asked_until: int, now: float) -> None:
-        """Hold ``answers`` to queries group ``asker`` printed, ending at raw offset ``asked_until``."""
+    def hold(self, asker: int, answers: bytes, now: float) -> None:
+        """Hold ``answers`` to queries group ``asker`` printed."""
         if self._bytes + len(answers) > MAX_HELD_BYTES:
             self.dropped += 1
             return
         if not self._held:
             self._since = now
-        self._held.append((asker, answers, asked_until))
+        self._held.append((asker, answers))
         self._bytes += len(answers)
 
-    def take(self, reader: int, own_program: bool, output_total: int, at_prompt: bool = False) -> bytes:
-        """What to write now that group ``reader`` waits on the terminal (``own_program``: the one waiting is
-        the session's own program, ``at_prompt``: back at its prompt; ``output_total``: the raw output count
-        now).  Everything held is answered or dropped."""
+    def take(self, reader: int, shell_at_prompt: bool) -> bytes:
+        """What to write now that group ``reader`` waits on the terminal (``shell_at_prompt``: the one waiting
+        is the session's own shell, back at its prompt).  Everything held is answered or dropped."""
         held, self._held, self._bytes = self._held, [], 0
-        kept = [answers for asker, answers, until in held
-                if asker == reader and not (own_program and (at_prompt or output_total > until))]
+        kept = [] if shell_at_prompt else [answers for asker, answers in held if asker == reader]
         self.dropped += len(held) - len(kept)
         return b"".join(kept)
 

@@ -188,21 +188,25 @@ def test_the_shells_own_read_of_an_answer_still_gets_it(manager, agent, shell):
     assert r.wait_reason == "stdin_read" and "at 5,9" in r.viewport, r
 
 
-def test_a_python_repl_printing_a_query_keeps_its_next_line(manager, agent):
+def test_a_prompt_toolkit_repl_inside_the_python_repl_gets_its_answers(manager, agent):
+    """``IPython.embed()`` in the python session: prompt_toolkit runs in the session's own program, asks for
+    the cursor position at every prompt and prints more before it reads the answer - it must get it (an
+    answer dropped there left IPython waiting for it, and every later line came back empty)."""
     sid = manager.sync.open(agent, "python").session_id
     try:
-        r = sent(manager, agent, sid, "print('\\x1b[6n')")
-        assert r.wait_reason == "stdin_read", r
-        r = sent(manager, agent, sid, "print(2+2)")
-        assert r.viewport.splitlines()[-2:] == ["4", ">>> "], r
+        r = sent(manager, agent, sid, "import IPython; IPython.embed(colors='NoColor')", timeout=30)
+        assert r.wait_reason == "stdin_read" and "In [1]:" in r.viewport, r
+        r = sent(manager, agent, sid, "6 * 7")
+        assert "Out[1]: 42" in r.viewport and "In [2]:" in r.viewport, r
+        r = sent(manager, agent, sid, "exit")
+        assert r.wait_reason == "stdin_read" and r.viewport.endswith(">>> "), r
     finally:
         manager.sync.close(agent, sid)
 
 
 def test_a_program_a_repl_runs_in_its_own_group_gets_its_answers(manager, agent, tmp_path):
     """A REPL does no job control: ``subprocess.run`` runs a program in the REPL's own group.  One that asks,
-    draws, then reads (as vim does) still gets its answer: the one waiting is that program, not the REPL's
-    line editor, whose answers are dropped once it has printed more."""
+    draws, then reads (as vim does) still gets its answer."""
     script = tmp_path / "draws.py"
     answer = tmp_path / "answer.txt"
     script.write_text(textwrap.dedent(f"""
@@ -255,20 +259,18 @@ def test_an_answer_read_after_the_send_ended_is_still_delivered(manager, agent, 
 
 def test_held_answers_go_to_the_group_that_asked_or_nowhere():
     held = HeldAnswers()
-    held.hold(asker=50, answers=b"A", asked_until=10, now=0.0)
-    held.hold(asker=60, answers=b"B", asked_until=20, now=1.0)
-    assert held.take(reader=50, own_program=False, output_total=99) == b"A"  # B's group lost the terminal
+    held.hold(asker=50, answers=b"A", now=0.0)
+    held.hold(asker=60, answers=b"B", now=1.0)
+    assert held.take(reader=50, shell_at_prompt=False) == b"A"  # B's group lost the terminal
     assert not held and held.dropped == 1
-    held.hold(asker=7, answers=b"C", asked_until=30, now=2.0)
-    assert held.take(reader=7, own_program=True, output_total=30) == b"C"  # the shell asked and reads
-    held.hold(asker=7, answers=b"D", asked_until=40, now=3.0)
-    assert held.take(reader=7, own_program=True, output_total=45) == b""  # it printed its prompt since
-    held.hold(asker=7, answers=b"D", asked_until=50, now=3.0)
-    assert held.take(reader=7, own_program=True, output_total=50, at_prompt=True) == b""  # a background job's
-    assert held.dropped == 3
-    held.hold(asker=9, answers=b"E", asked_until=50, now=4.0)
+    held.hold(asker=7, answers=b"C", now=2.0)
+    assert held.take(reader=7, shell_at_prompt=False) == b"C"  # the shell asked and reads (read -p)
+    held.hold(asker=7, answers=b"D", now=3.0)
+    assert held.take(reader=7, shell_at_prompt=True) == b""  # the command that asked has ended
+    assert held.dropped == 2
+    held.hold(asker=9, answers=b"E", now=4.0)
     assert not held.expired(4.0 + HOLD_ANSWERS - 0.1) and held.expired(4.0 + HOLD_ANSWERS)
     held.drop()
-    for i in range(2 * MAX_HELD_BYTES // 8):  # a program asking without end, never reading
-        held.hold(asker=9, answers=b"\x1b[1;1R" + b"x", asked_until=60 + i, now=5.0)
-    assert len(held.take(reader=9, own_program=False, output_total=0)) <= MAX_HELD_BYTES
+    for _ in range(2 * MAX_HELD_BYTES // 8):  # a program asking without end, never reading
+        held.hold(asker=9, answers=b"\x1b[1;1R" + b"x", now=5.0)
+    assert len(held.take(reader=9, shell_at_prompt=False)) <= MAX_HELD_BYTES
