@@ -624,14 +624,13 @@ def bench_many_agents(count: int, seconds: float, sweep: tuple[int, ...]) -> dic
     runs: dict[str, list[tuple[list[float], float]]] = {"ours": [], "theirs": [], "ours paced": [],
                                                           "theirs paced": []}
     cpu = 0.0
-    for first in ("ours", "theirs"):
-        for side in (first, "theirs" if first == "ours" else "ours"):
-            workers = mine if side == "ours" else theirs
-            cpu0 = loop_thread_cpu(tools)
-            runs[side].append(drive(workers, half))
-            if side == "ours":
-                cpu += loop_thread_cpu(tools) - cpu0
-            runs[f"{side} paced"].append(drive_paced(workers, half, period=0.1))
+    for side in ("ours", "theirs", "theirs", "ours"):
+        workers = mine if side == "ours" else theirs
+        cpu0 = loop_thread_cpu(tools)
+        runs[side].append(drive(workers, half))
+        if side == "ours":
+            cpu += loop_thread_cpu(tools) - cpu0
+        runs[f"{side} paced"].append(drive_paced(workers, half, period=0.1))
     many, paced = load(*runs["ours"]), load(*runs["ours paced"])
     many["loop_thread_cpu_percent"] = 100 * cpu / seconds
     saturation = {}

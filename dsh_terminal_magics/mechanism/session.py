@@ -399,7 +399,8 @@ class Session:
         payload = request.payload(self.screen.application_cursor)  # may refuse bad keys: before any change
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self.write_now(payload[:4096]) if payload else 0  # the program starts on it at once
-        self._typed_since_prompt = self._typed_since_prompt or bool(payload)
+        if payload:
+            self._typed_since_prompt = True
         op = SendOperation(self, request, payload)  # (its output is read only after this call returns)
         self.reservation = holder
         self.operation = op
