@@ -10,7 +10,9 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
   Esc timeout), or after the program left the alternate screen during this
   send (a full-screen program shutting down, which may flush pending input).
   Then the wait counts only once it outlasts its timeout (at most
-  :data:`TIMED_WAIT_SETTLE`) with no new output.
+  :data:`TIMED_WAIT_SETTLE`) with no new output.  A timed wait with nothing
+  on the cursor's line never counts (node awaiting a promise polls right
+  after the echo of its line; at a prompt something is shown: ``> ``).
 * **events, then a backed-off tick**: checks run right after output arrives (in
   the loop turn that reads it) and right after a process of the foreground
   group exits (a pidfd per member: ``sleep 0.2; cat`` is seen as soon as
@@ -431,6 +433,9 @@ class SendOperation:
         if timeout is None:
             self._timed_wait = None
             return False
+        if timeout != math.inf and self._nothing_shown_on_the_line():
+            self._timed_wait = None  # still working (node awaiting a promise): the idle rule ends the wait
+            return False
         may_go_on = self.escape_sent or self.left_full_screen
         relayed = self.session.probe is not None and self.session.probe.through_relay
         if not relayed and (timeout == math.inf or not may_go_on):
@@ -442,6 +447,13 @@ class SendOperation:
             self._timed_wait = (now + settle, written)
             return False
         return now >= self._timed_wait[0]
+
+    def _nothing_shown_on_the_line(self) -> bool:
+        """The cursor sits on an empty line of the main screen: a program polling its terminal there has
+        shown no prompt.  node's REPL awaiting a promise polls, its timer as the timeout, right after the
+        echo of the line it runs; at its prompt it shows ``> ``, IPython ``In [2]: ``."""
+        session = self.session
+        return not session.screen.full_screen and not session.scrollback.partial_line.strip()
 
     def _result(self, reason: WaitReason) -> SendResult:
         session = self.session

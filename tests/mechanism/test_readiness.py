@@ -796,7 +796,7 @@ def test_a_wait_on_many_descriptors_is_looked_at_in_part(manager, agent, shell):
     counts: list = []
     program = ("import os, resource, select\nresource.setrlimit(resource.RLIMIT_NOFILE, ({n}, {n}))\n"
                "r, w = os.pipe()\np = select.poll()\n{tty}for fd in [os.dup(r) for i in range({pipes})]:\n"
-               "    p.register(fd, select.POLLIN)\nprint('polling')\np.poll(60000)\n")
+               "    p.register(fd, select.POLLIN)\nprint('polling')\np.poll()\n")
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     with probe_wrapped(manager, probe, _is_tty=counting(looks), waiting_for_input=per_check(looks, counts)):
         code = program.format(n=hard, tty="", pipes=pipes)

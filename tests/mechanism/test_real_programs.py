@@ -15,7 +15,8 @@ PROMPT_WITHIN = 1.5
 
 needs = {name: pytest.mark.skipif(shutil.which(name) is None and not os.environ.get("CI"),
                                   reason=f"{name} is not installed (CI installs it)")
-         for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl", "gpg", "pinentry-curses")}
+         for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl", "gpg", "pinentry-curses",
+                      "node")}
 
 
 @pytest.fixture
@@ -204,5 +205,33 @@ def test_ipython_lines_read_as_on_the_screen(term):
     prompt(r, elapsed, "Out[1]: 42")
     assert r.viewport.splitlines() == ["In [1]: 6*7", "Out[1]: 42", "", "In [2]:"], r.viewport
     r, elapsed = term("exit")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r.viewport[-300:]
+    shell_gets_the_next_command(term)
+
+
+@needs["node"]
+def test_node_awaiting_a_promise_is_not_at_its_prompt(term):
+    """node's REPL awaiting a promise polls its terminal (the timer as the poll's timeout) right after the
+    echo of the line it runs, with nothing on the cursor's line: that was taken for its prompt, the result
+    came back before ``'after'``, and the next lines went to node while it still awaited."""
+    r, elapsed = term("node")
+    prompt(r, elapsed, "> ")
+    r, _ = term("await new Promise(r => setTimeout(r, 800)); 'after'")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("'after'\n> "), r.viewport[-300:]
+    r, _ = term("6*7")
+    assert r.viewport.splitlines() == ["> 6*7", "42", "> "], r.viewport
+    r, _ = term(".exit")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r.viewport[-300:]
+    shell_gets_the_next_command(term)
+
+
+def test_a_timed_poll_of_the_terminal_with_nothing_on_the_line_is_not_a_prompt(term):
+    """The same in any program: a timed wait on the terminal counts as a prompt only with something shown
+    on the cursor's line (node's ``> ``, IPython's ``In [2]: ``)."""
+    code = ("import select, sys; print('working'); select.select([sys.stdin], [], [], 0.8); "
+            "print('done'); input('next> ')")
+    r, elapsed = term(f"python3 -c \"{code}\"")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("done\nnext> "), r.viewport[-300:]
+    r, _ = term("x")
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r.viewport[-300:]
     shell_gets_the_next_command(term)
