@@ -173,6 +173,11 @@ def render_line(raw: str) -> str:
     return raw
 
 
+def cursor_column(raw: str) -> int:
+    """The column the cursor ends in after one raw line (as :func:`render_line` plays it)."""
+    return _play_line(raw)[1]
+
+
 def compact_line(raw: str) -> str:
     """A shorter raw line that renders the same and leaves the cursor in the same column."""
     text, column = _play_line(raw)

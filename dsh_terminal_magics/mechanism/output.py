@@ -23,7 +23,7 @@ from itertools import accumulate, islice
 from typing import Callable, Iterator
 
 from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ESCAPE as _ESCAPE, UNFINISHED as _UNFINISHED, \
-    compact_line, has_marks, line_motion_marks, plays_on_cursor, render_line, without_marks
+    compact_line, cursor_column, has_marks, line_motion_marks, plays_on_cursor, render_line, without_marks
 
 log = logging.getLogger(__name__)
 
@@ -291,6 +291,11 @@ class ScrollbackBuffer:
         """The unfinished last line, rendered."""
         line = render_line(self._partial)
         return line + self.LINE_CUT_MARKER if self._partial_cut else line
+
+    @property
+    def cursor_column(self) -> int:
+        """The column the unfinished last line leaves the cursor in (0: at the start of a line)."""
+        return cursor_column(self._partial)
 
     @property
     def total_lines(self) -> int:

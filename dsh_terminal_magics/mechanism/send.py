@@ -10,9 +10,9 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
   Esc timeout), or after the program left the alternate screen during this
   send (a full-screen program shutting down, which may flush pending input).
   Then the wait counts only once it outlasts its timeout (at most
-  :data:`TIMED_WAIT_SETTLE`) with no new output.  A timed wait with nothing
-  on the cursor's line never counts (node awaiting a promise polls right
-  after the echo of its line; at a prompt something is shown: ``> ``).
+  :data:`TIMED_WAIT_SETTLE`) with no new output.  A timed wait with the
+  cursor at the start of a line never counts (node awaiting a promise polls
+  right after the echo of its line; at a prompt the cursor is past it).
 * **events, then a backed-off tick**: checks run right after output arrives (in
   the loop turn that reads it) and right after a process of the foreground
   group exits (a pidfd per member: ``sleep 0.2; cat`` is seen as soon as
@@ -433,7 +433,7 @@ class SendOperation:
         if timeout is None:
             self._timed_wait = None
             return False
-        if timeout != math.inf and self._nothing_shown_on_the_line():
+        if timeout != math.inf and self._cursor_at_line_start():
             self._timed_wait = None  # still working (node awaiting a promise): the idle rule ends the wait
             return False
         may_go_on = self.escape_sent or self.left_full_screen
@@ -448,12 +448,13 @@ class SendOperation:
             return False
         return now >= self._timed_wait[0]
 
-    def _nothing_shown_on_the_line(self) -> bool:
-        """The cursor sits on an empty line of the main screen: a program polling its terminal there has
-        shown no prompt.  node's REPL awaiting a promise polls, its timer as the timeout, right after the
-        echo of the line it runs; at its prompt it shows ``> ``, IPython ``In [2]: ``."""
+    def _cursor_at_line_start(self) -> bool:
+        """The cursor sits at the start of a line of the main screen: a program polling its terminal there
+        shows no prompt.  node's REPL awaiting a promise polls, its timer as the timeout, right after the
+        echo of the line it runs; at a prompt the cursor is past it (``> ``, IPython's ``In [2]: ``, a
+        prompt_toolkit continuation line's indent)."""
         session = self.session
-        return not session.screen.full_screen and not session.scrollback.partial_line.strip()
+        return not session.screen.full_screen and session.scrollback.cursor_column == 0
 
     def _result(self, reason: WaitReason) -> SendResult:
         session = self.session

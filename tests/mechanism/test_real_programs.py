@@ -225,13 +225,28 @@ def test_node_awaiting_a_promise_is_not_at_its_prompt(term):
     shell_gets_the_next_command(term)
 
 
-def test_a_timed_poll_of_the_terminal_with_nothing_on_the_line_is_not_a_prompt(term):
-    """The same in any program: a timed wait on the terminal counts as a prompt only with something shown
-    on the cursor's line (node's ``> ``, IPython's ``In [2]: ``)."""
+def test_a_timed_poll_of_the_terminal_at_the_start_of_a_line_is_not_a_prompt(term):
+    """The same in any program: a timed wait on the terminal counts as a prompt only with the cursor past
+    the start of its line (node's ``> ``, IPython's ``In [2]: ``)."""
     code = ("import select, sys; print('working'); select.select([sys.stdin], [], [], 0.8); "
             "print('done'); input('next> ')")
     r, elapsed = term(f"python3 -c \"{code}\"")
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("done\nnext> "), r.viewport[-300:]
     r, _ = term("x")
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r.viewport[-300:]
+    shell_gets_the_next_command(term)
+
+
+def test_a_line_editor_polling_on_its_continuation_line_is_at_a_prompt(term):
+    """prompt_toolkit's multi-line prompt polls its terminal on the next line after Enter, the cursor
+    indented under the text (no continuation prompt is drawn, only the indent): that is a prompt."""
+    code = ("from prompt_toolkit import prompt; "
+            "print('got', repr(prompt('code> ', multiline=True)))")
+    r, elapsed = term(f"python3 -c \"{code}\"")
+    prompt(r, elapsed, "code> ")
+    for line in ("line1", "line2"):
+        r, elapsed = term(line)
+        prompt(r, elapsed, line)
+    r, _ = term("", keys=["Escape", "Enter"], submit=False)
+    assert r.wait_reason == "stdin_read" and "got 'line1\\nline2\\n'" in r.viewport, r.viewport[-300:]
     shell_gets_the_next_command(term)
