@@ -10,9 +10,10 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
   Esc timeout), or after the program left the alternate screen during this
   send (a full-screen program shutting down, which may flush pending input).
   Then the wait counts only once it outlasts its timeout (at most
-  :data:`TIMED_WAIT_SETTLE`) with no new output.  A timed wait with the
-  cursor at the start of a line never counts (node awaiting a promise polls
-  right after the echo of its line; at a prompt the cursor is past it).
+  :data:`TIMED_WAIT_SETTLE`) with no new output.  A timed wait with the keys
+  taken and the cursor at the start of a line never counts (node awaiting a
+  promise polls right after the echo of its line; at a prompt the cursor is
+  past it).
 * **events, then a backed-off tick**: checks run right after output arrives (in
   the loop turn that reads it) and right after a process of the foreground
   group exits (a pidfd per member: ``sleep 0.2; cat`` is seen as soon as
@@ -449,12 +450,14 @@ class SendOperation:
         return now >= self._timed_wait[0]
 
     def _cursor_at_line_start(self) -> bool:
-        """The cursor sits at the start of a line of the main screen: a program polling its terminal there
-        shows no prompt.  node's REPL awaiting a promise polls, its timer as the timeout, right after the
-        echo of the line it runs; at a prompt the cursor is past it (``> ``, IPython's ``In [2]: ``, a
-        prompt_toolkit continuation line's indent)."""
+        """A program that has taken the keys polls its terminal with the cursor at the start of a line of
+        the main screen: it shows no prompt.  node's REPL awaiting a promise polls, its timer as the
+        timeout, right after the echo of the line it runs; at a prompt the cursor is past it (``> ``,
+        IPython's ``In [2]: ``, a prompt_toolkit continuation line's indent).  A line-mode reader
+        (``read -t 5``) echoes nothing itself and prompts nothing: its timed wait stays a prompt."""
         session = self.session
-        return not session.screen.full_screen and session.scrollback.cursor_column == 0
+        return not session.screen.full_screen and session.scrollback.cursor_column == 0 \
+            and not session.reads_lines()
 
     def _result(self, reason: WaitReason) -> SendResult:
         session = self.session

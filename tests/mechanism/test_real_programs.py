@@ -226,14 +226,20 @@ def test_node_awaiting_a_promise_is_not_at_its_prompt(term):
 
 
 def test_a_timed_poll_of_the_terminal_at_the_start_of_a_line_is_not_a_prompt(term):
-    """The same in any program: a timed wait on the terminal counts as a prompt only with the cursor past
-    the start of its line (node's ``> ``, IPython's ``In [2]: ``)."""
-    code = ("import select, sys; print('working'); select.select([sys.stdin], [], [], 0.8); "
-            "print('done'); input('next> ')")
+    """The same in any program that has taken the keys: its timed wait on the terminal counts as a prompt
+    only with the cursor past the start of its line (node's ``> ``, IPython's ``In [2]: ``).  A line-mode
+    reader with a timeout prompts nothing and echoes nothing itself: it is still a prompt at once."""
+    code = ("import select, termios, tty; saved = termios.tcgetattr(0); tty.setcbreak(0); print('working'); "
+            "select.select([0], [], [], 0.8); termios.tcsetattr(0, termios.TCSADRAIN, saved); print('done'); "
+            "input('next> ')")
     r, elapsed = term(f"python3 -c \"{code}\"")
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("done\nnext> "), r.viewport[-300:]
     r, _ = term("x")
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r.viewport[-300:]
+    r, elapsed = term("read -t 20 v; echo v=$v")
+    assert r.wait_reason == "stdin_read" and elapsed < PROMPT_WITHIN, (r.wait_reason, elapsed)
+    r, _ = term("abc")
+    assert "v=abc" in r.viewport, r.viewport[-300:]
     shell_gets_the_next_command(term)
 
 
