@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+from typing import MutableSequence, Sequence
 
 #: One complete escape sequence: CSI, OSC (BEL or ST terminated), DCS/SOS/PM/APC, nF/Fp/Fe escapes.
 ESCAPE = re.compile(
@@ -51,14 +52,20 @@ def xterm_256(n: int) -> str:
 CURSOR_LEFT, CURSOR_RIGHT, ERASE_RIGHT, ERASE_LINE, DELETE_CHAR, INSERT_CHAR = \
     "\x0e", "\x0f", "\x10", "\x11", "\x12", "\x13"
 MARKS = CURSOR_LEFT + CURSOR_RIGHT + ERASE_RIGHT + ERASE_LINE + DELETE_CHAR + INSERT_CHAR
-_DROP_MARKS = dict.fromkeys(map(ord, MARKS))
+#: Row motion as :func:`line_motion_marks` leaves it for a history of lines (:class:`RowCursor`): up
+#: (``CSI A``/``F``) and down (``CSI B``/``E``) one row per mark.
+ROW_UP, ROW_DOWN = "\x14", "\x15"
+_DROP_MARKS = dict.fromkeys(map(ord, MARKS + ROW_UP + ROW_DOWN))
 #: Longest single motion kept (a terminal moves the cursor within one screen row), most marks made from
 #: one chunk (output is untrusted: ``CSI 1000C`` must not turn 7 bytes into 1000 marks without bound), and
 #: most reserved lines taken out.
 MAX_MOTION = 1024
 MAX_MARKS_PER_CHUNK = 65536
 MAX_RESERVED_LINES = 200
-_LINE_MOTION = re.compile(r"\x1b\[(\d{0,6})([CDGKJP@])")
+#: Most rows a program may climb back over and rewrite (multi-line progress is a few dozen at most).
+MAX_ROWS = 200
+_LINE_MOTION = re.compile(r"\x1b\[(\d{0,6})([CDGKJP@ABEF])")
+_ROW_PIECES = re.compile(f"({ROW_UP}+|{ROW_DOWN}+|\n)")
 _CURSOR_UP = re.compile(r"\x1b\[(\d{0,6})A")
 #: What may fill lines a program reserved below its prompt: blanks, CRs, backspaces, colours.
 _RESERVED_FILL = re.compile(r"(?:[ \r\b]|\x1b\[[0-9;]*m)*")
@@ -76,9 +83,15 @@ def plays_on_cursor(raw: str) -> bool:
     return "\b" in raw or has_marks(raw)
 
 
+def has_row_marks(text: str) -> bool:
+    """Whether ``text`` holds row-motion marks (:data:`ROW_UP`, :data:`ROW_DOWN`)."""
+    return ROW_UP in text or ROW_DOWN in text
+
+
 def without_marks(text: str) -> str:
-    """``text`` without mark characters of its own (a program's SO, SI, DLE, DC1-DC3 are not kept anyway)."""
-    return text.translate(_DROP_MARKS) if has_marks(text) else text
+    """``text`` without mark characters of its own (a program's SO, SI, DLE, DC1-DC4 and NAK are not kept
+    anyway)."""
+    return text.translate(_DROP_MARKS) if has_marks(text) or has_row_marks(text) else text
 
 
 def line_motion_marks(text: str) -> str:
@@ -87,7 +100,8 @@ def line_motion_marks(text: str) -> str:
 
     ``CSI n D``/``C`` move left/right, ``CSI n G`` goes to column n, ``CSI K`` (and erase below, ``CSI J``)
     erases to the end of the line, ``CSI 2K`` the whole line, ``CSI n P``/``@`` delete/insert characters at
-    the cursor (readline editing inside a line).  Blank lines a program prints and then climbs
+    the cursor (readline editing inside a line).  ``CSI n A``/``F`` and ``B``/``E`` move up and down rows
+    (:data:`ROW_UP`/:data:`ROW_DOWN`, ``F`` and ``E`` then to column 0).  Blank lines a program prints and then climbs
     back over in the same chunk (prompt_toolkit reserves room for its menus: 34 CRLFs, then ``CSI 34A``) are
     taken out, so the line history does not fill with them.
     """
@@ -111,6 +125,9 @@ def _motion_mark(number: str, final: str) -> str:
         kind = int(number or 0)
         return ERASE_RIGHT if kind == 0 else ERASE_LINE if (final, kind) == ("K", 2) else ""
     count = min(int(number or 1) or 1, MAX_MOTION)
+    if final in "ABEF":
+        rows = (ROW_UP if final in "AF" else ROW_DOWN) * min(count, MAX_ROWS)
+        return rows + "\r" if final in "EF" else rows
     if final == "G":
         return "\r" + CURSOR_RIGHT * (count - 1)
     return {"D": CURSOR_LEFT, "C": CURSOR_RIGHT, "P": DELETE_CHAR, "@": INSERT_CHAR}[final] * count
@@ -178,6 +195,92 @@ def cursor_column(raw: str) -> int:
     return _play_line(raw)[1]
 
 
+class RowCursor:
+    """The row the cursor is on in a history of printed lines, for programs that climb back over lines
+    they printed and rewrite them: multi-line progress (docker, uv, tqdm's nested bars) leaves its last
+    state, as on a terminal, not one copy of every line per update.
+
+    ``up`` counts rows above the last, unfinished line.  The caller writes text on the last line itself
+    while ``up`` is 0, and through :meth:`write` otherwise.  Rows are the history's lines, so a climb over
+    a line the screen wraps (wider than ``columns``) is not followed: the motion is dropped.
+    """
+
+    __slots__ = ("up", "_raw")
+
+    def __init__(self) -> None:
+        self.up = 0
+        self._raw = ""  # the cursor's row while up > 0: its line, then what was written on it
+
+    @property
+    def column(self) -> int:
+        return cursor_column(self._raw)
+
+    def climb(self, lines: Sequence[str], partial: str, count: int, columns: int) -> None:
+        """Up ``count`` rows (clamped to the lines there are and :data:`MAX_ROWS`), keeping the column."""
+        target = min(self.up + count, len(lines), MAX_ROWS)
+        column = self.column if self.up else cursor_column(partial)
+        passed = [lines[-i] for i in range(max(self.up, 1), target + 1)] + ([] if self.up else [partial])
+        if target <= self.up or any(_screen_width(line) > columns for line in passed):
+            return
+        self.up = target
+        self._raw = lines[-target] + "\r" + CURSOR_RIGHT * column
+
+    def down(self, lines: Sequence[str], count: int) -> str:
+        """Down ``count`` rows (no further than the last line); on reaching it, what moves the cursor to its
+        column there (to add to the last line's raw text)."""
+        column = self.column
+        self.up = max(self.up - count, 0)
+        if self.up:
+            self._raw = lines[-self.up] + "\r" + CURSOR_RIGHT * column
+            return ""
+        return "\r" + CURSOR_RIGHT * column
+
+    def newline(self, lines: Sequence[str]) -> str:
+        """A line feed (after CR) on an upper row: down one row, to column 0."""
+        self.up -= 1
+        self._raw = lines[-self.up] + "\r" if self.up else ""
+        return "" if self.up else "\r"
+
+    def write(self, lines: MutableSequence[str], text: str) -> tuple[str, str]:
+        """Write ``text`` (no newline) on the cursor's row; returns the row's (old, new) rendered line."""
+        self._raw += text
+        old, lines[-self.up] = lines[-self.up], render_line(self._raw)
+        return old, lines[-self.up]
+
+
+def _screen_width(line: str) -> int:
+    """Columns a line takes at most (a non-ASCII character may be double width)."""
+    return len(line) if line.isascii() else 2 * len(line)
+
+
+def play_rows(text: str, columns: int = MAX_MOTION) -> list[str]:
+    """The lines ``text`` (with row marks) leaves, played with a :class:`RowCursor`."""
+    lines: list[str] = []
+    partial = ""
+    rows = RowCursor()
+    for piece in row_pieces(text):
+        if piece[0] == ROW_UP:
+            rows.climb(lines, partial, len(piece), columns)
+        elif piece[0] == ROW_DOWN:
+            partial += rows.down(lines, len(piece))
+        elif piece != "\n":
+            if rows.up:
+                rows.write(lines, piece)
+            else:
+                partial += piece
+        elif rows.up:
+            partial += rows.newline(lines)
+        else:
+            lines.append(render_line(partial))
+            partial = ""
+    return lines + [render_line(partial)]
+
+
+def row_pieces(text: str) -> list[str]:
+    """``text`` split at row marks and newlines, each kept as a piece of its own (empty pieces dropped)."""
+    return [piece for piece in _ROW_PIECES.split(text) if piece]
+
+
 def compact_line(raw: str) -> str:
     """A shorter raw line that renders the same and leaves the cursor in the same column."""
     text, column = _play_line(raw)
@@ -212,6 +315,8 @@ def _play_line(raw: str) -> tuple[str, int]:
             elif ch == INSERT_CHAR:
                 if column < len(cells):
                     cells.insert(column, " ")
+            elif ch in ROW_UP + ROW_DOWN:  # (played by RowCursor; never within one line)
+                continue
             else:
                 if column > len(cells):
                     cells.extend(" " * (column - len(cells)))
@@ -229,7 +334,7 @@ def _play_line(raw: str) -> tuple[str, int]:
 
 #: C0/C1 controls other than TAB, LF, CR and BS (and the same sparing the marks).
 OTHER_CONTROLS = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
-CONTROLS_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x14-\x1f\x7f\x80-\x9f]")
+CONTROLS_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x16-\x1f\x7f\x80-\x9f]")
 
 
 def sanitize_stream(text: str, line_motion: bool = False) -> str:

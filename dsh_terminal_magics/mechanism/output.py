@@ -23,7 +23,8 @@ from itertools import accumulate, islice
 from typing import Callable, Iterator
 
 from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ESCAPE as _ESCAPE, UNFINISHED as _UNFINISHED, \
-    compact_line, cursor_column, has_marks, line_motion_marks, plays_on_cursor, render_line, without_marks
+    ROW_DOWN, ROW_UP, RowCursor, compact_line, cursor_column, has_marks, has_row_marks, line_motion_marks, \
+    plays_on_cursor, render_line, row_pieces, without_marks
 
 log = logging.getLogger(__name__)
 
@@ -191,6 +192,10 @@ class ScrollbackBuffer:
         self._partial = ""
         self._partial_cut = False
         self.chars_written = 0
+        #: Where a program that climbs back over lines it printed writes (see RowCursor); rows wider than
+        #: ``columns`` wrap on the screen and are not climbed over.
+        self._rows = RowCursor()
+        self.columns = 160
 
     # -- writing -----------------------------------------------------------
     def append(self, text: str) -> None:
@@ -198,6 +203,32 @@ class ScrollbackBuffer:
         if not text:
             return
         self.chars_written += len(text)
+        if self._rows.up or has_row_marks(text):
+            self._append_rows(text)
+        else:
+            self._append_lines(text)
+
+    def _append_rows(self, text: str) -> None:
+        """Text that moves the cursor up and down rows: what lands on an upper row rewrites that line."""
+        rows = self._rows
+        for piece in row_pieces(text.replace("\r\n", "\n")):
+            if piece[0] == ROW_UP:
+                rows.climb(self._lines, self._partial, len(piece), self.columns)
+            elif piece[0] == ROW_DOWN:
+                self._append_lines(rows.down(self._lines, len(piece)))
+            elif not rows.up:
+                self._append_lines(piece)
+            elif piece == "\n":
+                self._append_lines(rows.newline(self._lines))
+            else:
+                old, new = rows.write(self._lines, piece)
+                if len(new) > self.max_line_chars:
+                    new = self._lines[-rows.up] = new[: self.max_line_chars] + self.LINE_CUT_MARKER
+                self._chars += len(new) - len(old)
+
+    def _append_lines(self, text: str) -> None:
+        if not text:
+            return
         if "\n" not in text:
             self._set_partial(self._partial + text)
             return
@@ -282,6 +313,11 @@ class ScrollbackBuffer:
         return self._first - 1 + len(self._lines)
 
     @property
+    def cursor_line(self) -> int:
+        """Number of the line the cursor is on: the unfinished last one, or a line a program climbed back to."""
+        return self.completed_lines + 1 - self._rows.up
+
+    @property
     def first_line(self) -> int:
         """Number of the oldest line still retained."""
         return self._first
@@ -294,8 +330,8 @@ class ScrollbackBuffer:
 
     @property
     def cursor_column(self) -> int:
-        """The column the unfinished last line leaves the cursor in (0: at the start of a line)."""
-        return cursor_column(self._partial)
+        """The column the cursor is in (0: at the start of a line)."""
+        return self._rows.column if self._rows.up else cursor_column(self._partial)
 
     @property
     def total_lines(self) -> int:

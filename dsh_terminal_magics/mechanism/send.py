@@ -135,7 +135,9 @@ class SendOperation:
         self.request = request
         self.payload = payload
         self.future: asyncio.Future[SendResult] = session.loop.create_future()
-        self.start_line = session.scrollback.completed_lines + 1
+        #: The line the result's viewport starts at: the cursor's (a program may have left it on a line it
+        #: climbed back to); read_output streams only lines finished after the start.
+        self.start_line = session.scrollback.cursor_line
         self.raw_offset = session.raw.total
         self.started = time.monotonic()
         self.deadline = self.started + request.timeout
@@ -146,7 +148,7 @@ class SendOperation:
         self.exit_code: int | None = None
         self.marker_seen = False
         self.bell = False
-        self._cursor = self.start_line
+        self._cursor = session.scrollback.completed_lines + 1
         self._timed_wait: tuple[float, int] | None = None
         self.fence = Fence()
         #: Writes the rest of a text larger than the PTY takes at once (None otherwise).
@@ -435,7 +437,9 @@ class SendOperation:
             self._timed_wait = None
             return False
         if timeout != math.inf and self._cursor_at_line_start():
-            self._timed_wait = None  # still working (node awaiting a promise): the idle rule ends the wait
+            # Still working (node awaiting a promise): the idle rule ends the wait.  Looked at every tick, as
+            # any timed wait (its answers to terminal queries are delivered at a look).
+            self._timed_wait = (math.inf, -1)
             return False
         may_go_on = self.escape_sent or self.left_full_screen
         relayed = self.session.probe is not None and self.session.probe.through_relay

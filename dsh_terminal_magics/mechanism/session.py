@@ -84,6 +84,7 @@ class Session:
         self.status: SessionStatus | str = "starting"
         self.motd = ""
         self.scrollback = ScrollbackBuffer(options.scrollback_lines, options.scrollback_chars)
+        self.scrollback.columns = options.cols
         self.raw = RawRing(options.raw_bytes)
         self.normalizer = OutputNormalizer()
         self.screen = ScreenTracker(options.rows, options.cols, self.raw, self.normalizer,
@@ -424,6 +425,7 @@ class Session:
         if self.child is None or self.child.closed:
             raise SessionNotRunningError(f"terminal session {self.session_id!r} is closed")
         self.screen.resize(rows, cols)
+        self.scrollback.columns = cols
         self.child.setwinsize(rows, cols)
         self.options = replace(self.options, rows=rows, cols=cols)
         if self.recorder is not None:

@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ..ansi import BASIC_COLOURS, DEFAULT_BG, DEFAULT_FG, OTHER_CONTROLS as _OTHER_CONTROLS, SGR as _SGR, \
-    render_line, sanitize_stream, xterm_256
+    has_row_marks, play_rows, render_line, sanitize_stream, xterm_256
 
 if TYPE_CHECKING:
     import pyte
@@ -35,7 +35,10 @@ def terminal_pre(body_html: str, extra_class: str = "", fg: str = DEFAULT_FG, bg
 
 def terminal_lines(text: str) -> list[str]:
     """Split sanitised text into lines as a terminal leaves them (CR and BS played, and a line editor's
-    cursor motion when it was sanitised with ``line_motion``), SGR kept."""
+    cursor motion when it was sanitised with ``line_motion``: lines a program climbed back over are
+    rewritten), SGR kept."""
+    if has_row_marks(text):
+        return play_rows(text)
     return [render_line(raw) for raw in text.split("\n")]
 
 

@@ -140,7 +140,44 @@ def test_prompt_toolkit_lines_and_the_room_it_reserves():
               "\x1b[?25l\x1b[?7l\x1b[8D\x1b[0mIn [2]:\x1b[0m" + "\r\r\n" * 34 + "\x1b[0m \x08\x1b[34A\x1b[8C\x1b[?7h"
               "\x1b[0m\x1b[?12l\x1b[?25h")
     assert marked("In [1]:\x1b[7D\x1b[8C", answer) == ["In [1]: 6*7", "Out[1]: 42", "", "In [2]:"]
-    assert marked("a\r\n\r\nb\x1b[1A\r\n") == ["a", "", "b", ""]  # a line with text is not climbed over
+    # a line with text is not taken out: the cursor climbs to the blank row and comes down to 'b' again
+    assert marked("a\r\n\r\nb\x1b[1A\r\n") == ["a", "", "b"]
+
+
+def test_lines_a_program_climbs_back_over_are_rewritten():
+    """Multi-line progress (docker, uv, tqdm's nested bars) climbs back over the lines it printed and
+    rewrites them: the history keeps their last state, as the terminal shows it (it kept every update:
+    66 lines for 3 bars updated 20 times)."""
+    bars = "".join(f"layer{i}: waiting\r\n" for i in range(3))
+    for step in range(20):  # docker: up n, then each line erased and drawn again
+        bars += "\x1b[3A" + "".join(f"\x1b[2K\rlayer{i}: {step * 5}%\r\n" for i in range(3))
+    assert marked(bars, "all done\r\n") == ["layer0: 95%", "layer1: 95%", "layer2: 95%", "all done", ""]
+    # indicatif (uv): the last lines cleared one by one (up, erase), then drawn - here fewer than before;
+    # the rows cleared below stay blank and the next lines fill them, as on the screen
+    drawn = "a 1/2\r\nb 1/2\r\nc 1/2\r\n"
+    assert marked(drawn, "\x1b[1A\x1b[2K" * 3, "\rdone 2/2\r\n", "Installed\r\n", "$ ") == \
+        ["done 2/2", "Installed", "$ ", ""]
+    # tqdm's second bar: down a line, draw, back up (CSI A), the first bar drawn in place over it
+    assert marked("outer 0%\r\n\rinner 50%\x1b[A\router 50%", "\r\n\rinner 100%\x1b[A\router 100%") == \
+        ["outer 100%", "inner 100%"]
+    # CSI F / E: up and down to column 0; down is bounded by the last line
+    assert marked("x1\r\nx2\r\n", "\x1b[2Fy1\x1b[5Ez") == ["y1", "x2", "z"]
+    # no further up than the lines there are, and never over a line the screen wraps
+    assert marked("only\r\n\x1b[9Aover") == ["over", ""]
+    sb = normalise(("w" * 200 + "\r\nlast\r\n\x1b[2Anot over the wrapped line").encode())
+    assert list(sb.iter_lines(1, 2)) == ["w" * 200, "last"] and sb.partial_line == "not over the wrapped line"
+
+
+def test_a_climb_is_bounded_and_a_programs_own_row_mark_characters_are_dropped():
+    """Output is untrusted: ``CSI 999999A`` climbs at most MAX_ROWS lines, and a DC4/NAK byte of the
+    program's own never acts as a row motion."""
+    from dsh_terminal_magics.ansi import MAX_ROWS
+    lines = "".join(f"l{i}\r\n" for i in range(MAX_ROWS + 10))
+    sb = normalise(lines.encode(), b"\x1b[999999Atop")
+    assert sb.cursor_line == sb.completed_lines + 1 - MAX_ROWS
+    assert list(sb.iter_lines(11, 11)) == ["top"]
+    assert marked("a\r\nb\x14\x14c\x15\r\n") == ["a", "bc", ""]
+    assert marked("a\r\n\x1b[1mb\x14c\r\n") == ["a", "bc", ""]
 
 
 @given(st.text(alphabet="ab \b\r", max_size=30), st.integers(0, 60), st.sampled_from("CDGKP@"))

@@ -256,3 +256,15 @@ def test_a_line_editor_polling_on_its_continuation_line_is_at_a_prompt(term):
     r, _ = term("", keys=["Escape", "Enter"], submit=False)
     assert r.wait_reason == "stdin_read" and "got 'line1\\nline2\\n'" in r.viewport, r.viewport[-300:]
     shell_gets_the_next_command(term)
+
+
+def test_multi_line_progress_leaves_its_last_state(term):
+    """docker/uv-style progress (up n rows, each line erased and drawn again) through a real shell: the
+    result and the history hold the last drawing, as the screen does, and the next command's line is
+    whole."""
+    draw = "".join(f"\\e[3A" + "".join(f"\\e[2K\\rpart{i} {n}%%\\n" for i in range(3)) for n in range(0, 101, 10))
+    r, _ = term(f"printf 'part0 -\\npart1 -\\npart2 -\\n'; printf '{draw}'; echo pulled")
+    lines = r.viewport.splitlines()
+    assert lines[1:] == ["part0 100%", "part1 100%", "part2 100%", "pulled", "$ "], r.viewport[-400:]
+    assert "part0 90%\n" not in term.read() and term.read().count("part0 100%\n") == 1
+    shell_gets_the_next_command(term)

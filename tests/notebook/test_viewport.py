@@ -1,6 +1,8 @@
 """The viewport widget against a recording comm: what it sends, how often, and what reaches the session."""
 from __future__ import annotations
 
+import html as html_module
+import re
 import threading
 import time
 from typing import Iterator
@@ -10,6 +12,7 @@ import pytest
 from ipywidgets import Widget
 
 from dsh_terminal_magics.mechanism import SendRequest
+from dsh_terminal_magics.notebook.ansi_html import strip_sgr
 from dsh_terminal_magics.notebook.viewport import TerminalViewport
 from tests.conftest import wait_for
 
@@ -98,6 +101,18 @@ def test_program_output_is_escaped_and_neutralised(view, tools, agent):
     assert "javascript:" not in html.split("printf", 1)[-1].split("\n", 1)[-1]
     assert "SGVsbG8" not in html.split("\n")[-2]
     assert 'style="color:#cd3131;font-weight:bold">&amp;red</span>' in html
+
+
+def test_lines_a_program_rewrites_show_their_last_state(view, tools, agent):
+    """Multi-line progress climbs back over its lines (``CSI 2A``) and draws them again: the viewport shows
+    the last drawing, as the terminal does, not every update; a DC4 byte of the program's own moves
+    nothing."""
+    draw = "".join(f"\\e[2A\\e[2Kbar1 {n}%%\\n\\e[2Kbar2 {n}%%\\n" for n in (10, 50, 90))
+    tools.manager.sync.send(agent, view.session_id, SendRequest(
+        f"printf 'bar1 0%%\\nbar2 0%%\\n{draw}over\\x14ten\\n'"))
+    view.flush()
+    text = strip_sgr(html_module.unescape(re.sub("<[^>]+>", "", updates(view.screen, "value")[-1])))
+    assert text.split("\n", 1)[1] == "bar1 90%\nbar2 90%\noverten\n$ ", text
 
 
 def test_closed_session_leaves_its_final_view(recording_comm, tools, agent):
