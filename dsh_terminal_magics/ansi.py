@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from typing import MutableSequence, Sequence
+from unicodedata import east_asian_width
 
 #: One complete escape sequence: CSI, OSC (BEL or ST terminated), DCS/SOS/PM/APC, nF/Fp/Fe escapes.
 ESCAPE = re.compile(
@@ -219,7 +220,7 @@ class RowCursor:
         """Up ``count`` rows (clamped to the lines there are and :data:`MAX_ROWS`), keeping the column."""
         target = min(self.up + count, len(lines), MAX_ROWS)
         column = self.column if self.up else cursor_column(partial)
-        passed = [lines[-i] for i in range(max(self.up, 1), target + 1)] + ([] if self.up else [partial])
+        passed = [lines[-i] for i in range(max(self.up, 1), target + 1)] + ([] if self.up else [render_line(partial)])
         if target <= self.up or any(_screen_width(line) > columns for line in passed):
             return
         self.up = target
@@ -244,13 +245,17 @@ class RowCursor:
     def write(self, lines: MutableSequence[str], text: str) -> tuple[str, str]:
         """Write ``text`` (no newline) on the cursor's row; returns the row's (old, new) rendered line."""
         self._raw += text
-        old, lines[-self.up] = lines[-self.up], render_line(self._raw)
+        old, lines[-self.up] = lines[-self.up], _play_line(self._raw)[0]  # (a shorter text leaves the rest)
         return old, lines[-self.up]
 
 
 def _screen_width(line: str) -> int:
-    """Columns a line takes at most (a non-ASCII character may be double width)."""
-    return len(line) if line.isascii() else 2 * len(line)
+    """Columns a rendered line takes (wide East Asian characters take two)."""
+    if line.isascii():
+        return len(line)
+    if "\x1b" in line:
+        line = SGR.sub("", line)
+    return len(line) + sum(1 for ch in line if ord(ch) >= 0x1100 and east_asian_width(ch) in "WF")
 
 
 def play_rows(text: str, columns: int = MAX_MOTION) -> list[str]:

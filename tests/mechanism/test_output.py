@@ -160,12 +160,42 @@ def test_lines_a_program_climbs_back_over_are_rewritten():
     # tqdm's second bar: down a line, draw, back up (CSI A), the first bar drawn in place over it
     assert marked("outer 0%\r\n\rinner 50%\x1b[A\router 50%", "\r\n\rinner 100%\x1b[A\router 100%") == \
         ["outer 100%", "inner 100%"]
+    # rich: the cursor stays on the last bar; each refresh erases it, climbs, erases and draws both again
+    # (bars of a non-ASCII glyph, each refresh appended to the unfinished line's raw text)
+    bar = "\u2501" * 40
+    rich = f"dl a {bar} 0%\r\ndl b {bar} 0%"
+    for n in range(1, 31):
+        rich += f"\r\x1b[2K\x1b[1A\x1b[2Kdl a {bar} {n}%\r\ndl b {bar} {n}%"
+    assert [line[-3:] for line in marked(rich, "\r\nrich done\r\n")] == ["30%", "30%", "one", ""]
     # CSI F / E: up and down to column 0; down is bounded by the last line
     assert marked("x1\r\nx2\r\n", "\x1b[2Fy1\x1b[5Ez") == ["y1", "x2", "z"]
     # no further up than the lines there are, and never over a line the screen wraps
     assert marked("only\r\n\x1b[9Aover") == ["over", ""]
-    sb = normalise(("w" * 200 + "\r\nlast\r\n\x1b[2Anot over the wrapped line").encode())
-    assert list(sb.iter_lines(1, 2)) == ["w" * 200, "last"] and sb.partial_line == "not over the wrapped line"
+    for wide in ("w" * 200, "\u5bbd" * 90):  # (90 double-width characters: 180 columns)
+        sb = normalise((wide + "\r\nlast\r\n\x1b[2Anot over the wrapped line").encode())
+        assert list(sb.iter_lines(1, 2)) == [wide, "last"] and sb.partial_line == "not over the wrapped line"
+    assert marked("\u5bbd" * 70 + "\r\nlast\r\n\x1b[2Anarrow enough") == \
+        ["narrow enough" + "\u5bbd" * 57, "last", ""]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.sampled_from(["\r\n", "\r", "\x1b[2K", "\x1b[K", "\x1b[3C", "\b"]),
+                         st.builds(lambda n, f: f"\x1b[{n}{f}", st.integers(0, 12), st.sampled_from("ABEF")),
+                         st.text(alphabet="ab\u5bbd ", min_size=1, max_size=90)), max_size=60),
+       st.integers(1, 40))
+def test_row_motion_keeps_the_history_consistent(pieces, chunk):
+    """Any mix of text, newlines and row motion, cut into chunks anywhere: no marks in the lines, the
+    character count matches the lines kept, and the cursor's line is one the history has."""
+    data = "".join(pieces).encode()
+    sb = ScrollbackBuffer(max_lines=20, max_chars=400)
+    sb.columns = 40
+    n = OutputNormalizer()
+    for i in range(0, len(data), chunk):
+        sb.append(n.feed(data[i:i + chunk])[0])
+    lines = list(sb.iter_lines(1, sb.completed_lines)) + [sb.partial_line]
+    assert all(ord(c) >= 0x20 for line in lines for c in line), lines
+    assert sb._chars == sum(len(line) for line in sb._lines)
+    assert sb.first_line <= sb.cursor_line <= sb.completed_lines + 1
 
 
 def test_a_climb_is_bounded_and_a_programs_own_row_mark_characters_are_dropped():
