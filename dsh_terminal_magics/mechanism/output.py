@@ -41,6 +41,14 @@ _DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")
 
 #: Longest unfinished escape sequence carried to the next chunk before it is dropped.
 MAX_PENDING_ESCAPE = 64 * 1024
+#: An excursion: the cursor saved (``ESC 7``, ``CSI s``), moved to an absolute position at once, and
+#: restored (``ESC 8``, ``CSI u``).  What is drawn on the way is elsewhere on the screen (apt's progress on
+#: the bottom row), not on the line the cursor comes back to.  At most this many characters are left out of
+#: the line history while a restore has not come (output is untrusted).
+_SAVE = re.compile(r"\x1b7|\x1b\[s")
+_RESTORE = re.compile(r"\x1b8|\x1b\[u")
+_ABSOLUTE_MOVE = re.compile(r"\x1b\[[0-9;]*[Hfd]")
+MAX_EXCURSION = 4096
 
 
 @dataclass
@@ -83,9 +91,13 @@ class OutputNormalizer:
         self.alternate = False
         #: Set by the session while a cursor-addressing program (``top``) owns the main screen.
         self.suppressed = False
+        #: Characters left out of an excursion not yet ended (-1: none under way); a save that ended a chunk.
+        self._away = -1
+        self._saved_at_end = False
 
     def feed(self, data: bytes) -> tuple[str, TerminalEvents]:
-        if not self._pending and not (self.alternate or self.suppressed) and b"\xc2" not in data:
+        if not self._pending and not (self.alternate or self.suppressed) and self._away < 0 \
+                and b"\xc2" not in data:
             if b"\x1b" not in data:
                 return self._feed_plain(data)
             if b"\x1b]133;D" in data:  # a shell's output with its exit-code marker, and no other escape
@@ -106,6 +118,8 @@ class OutputNormalizer:
             text = self._line_text(text)
         else:
             events.bells = text.count("\x07")
+            if self._away >= 0:
+                text = self._without_excursions(text)
             text = without_marks(text)  # (what is left of controls goes below; these would survive)
             if self.alternate:
                 text = ""
@@ -115,7 +129,9 @@ class OutputNormalizer:
 
     def _line_text(self, text: str) -> str:
         """Escapes removed (a line editor's cursor motion kept as marks); what a full-screen program drew on
-        the alternate screen left out."""
+        the alternate screen, and on an excursion, left out."""
+        if self._away >= 0 or self._saved_at_end or "\x1b7" in text or "\x1b[s" in text:
+            text = self._without_excursions(text)
         if "\x1b[?" not in text and not self.alternate:
             return _ESCAPE.sub("", line_motion_marks(text))
         kept = []
@@ -130,6 +146,36 @@ class OutputNormalizer:
         if not self.alternate:
             kept.append(text[pos:])
         return _ESCAPE.sub("", line_motion_marks("".join(kept)))
+
+    def _without_excursions(self, text: str) -> str:
+        if not text:  # (an escape held back whole: a save that ended the last chunk still counts)
+            return text
+        kept: list[str] = []
+        pos = 0
+        if self._saved_at_end and _ABSOLUTE_MOVE.match(text):
+            self._away = 0
+        self._saved_at_end = False
+        while pos < len(text):
+            if self._away >= 0:
+                restore = _RESTORE.search(text, pos)
+                end = len(text) if restore is None else restore.start()
+                self._away += end - pos
+                if self._away > MAX_EXCURSION:  # no restore in sight: the text is the line's after all
+                    kept.append(text[pos:end])
+                if restore is None:
+                    break
+                self._away, pos = -1, restore.end()
+                continue
+            save = _SAVE.search(text, pos)
+            if save is None:
+                kept.append(text[pos:])
+                break
+            kept.append(text[pos:save.end()])
+            pos = save.end()
+            if _ABSOLUTE_MOVE.match(text, pos):
+                self._away = 0
+            self._saved_at_end = pos == len(text)
+        return "".join(kept)
 
     def _feed_plain(self, data: bytes) -> tuple[str, TerminalEvents]:
         """Fast path for chunks with no escape and no C1 control: delete controls as bytes."""

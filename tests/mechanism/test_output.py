@@ -178,6 +178,36 @@ def test_lines_a_program_climbs_back_over_are_rewritten():
         ["narrow enough" + "\u5bbd" * 57, "last", ""]
 
 
+APT = ("Preparing to unpack .../sl_5.02-1+b1_amd64.deb ...\r\n\x1b7\x1b[40;0f\x1b[42m\x1b[30mProgress: [  0%]"
+       "\x1b[49m\x1b[39m [....] \x1b8\x1b7\x1b[40;0f\x1b[42m\x1b[30mProgress: [ 20%]\x1b[49m\x1b[39m [#...] \x1b8"
+       "Unpacking sl (5.02-1+b1) ...\r\n\x1b[s\x1b[40d\x1b[42mProgress: [ 40%]\x1b[49m [##..] \x1b[u"
+       "Setting up sl (5.02-1+b1) ...\r\n")
+
+
+def test_text_drawn_on_an_excursion_is_not_the_lines():
+    """apt draws its progress on the bottom row: cursor saved, moved there, drawn, restored.  That text is
+    elsewhere on the screen: it was glued into the lines ('Progress: [ 20%] [#...] Unpacking sl ...'),
+    whatever the chunking."""
+    want = ["Preparing to unpack .../sl_5.02-1+b1_amd64.deb ...", "Unpacking sl (5.02-1+b1) ...",
+            "Setting up sl (5.02-1+b1) ..."]
+    data = APT.encode()
+    for size in range(1, len(data) + 1):
+        chunks = [data[i:i + size] for i in range(0, len(data), size)]
+        assert lines_of(normalise(*chunks)) == want, size
+    # a save and restore in place (no move to an absolute position) keeps its text: it is on the line
+    assert marked("status: \x1b7done\x1b8\r\n") == ["status: done", ""]
+
+
+def test_an_excursion_without_a_restore_leaves_out_a_bounded_amount():
+    """Output is untrusted: with no restore in sight, at most MAX_EXCURSION characters are left out."""
+    from dsh_terminal_magics.mechanism.output import MAX_EXCURSION
+    count = MAX_EXCURSION // 10 + 200
+    tail = "".join(f"line{i:05d}\r\n" for i in range(count))
+    lines = lines_of(normalise(b"before\r\n\x1b7\x1b[40;1H" + tail.encode()))
+    assert lines[0] == "before" and lines[-1] == f"line{count - 1:05d}"
+    assert len(lines) >= 190, len(lines)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(st.sampled_from(["\r\n", "\r", "\x1b[2K", "\x1b[K", "\x1b[3C", "\b"]),
                          st.builds(lambda n, f: f"\x1b[{n}{f}", st.integers(0, 12), st.sampled_from("ABEF")),
