@@ -75,7 +75,7 @@ class PythonBackend:
     name = "python"
 
     def launch(self, cwd: str) -> LaunchSpec:
-        env = {"PYTHON_BASIC_REPL": "1", "PYTHONSTARTUP": "", "PYTHONINSPECT": ""}
+        env = {"PYTHON_BASIC_REPL": "1", "PYTHONSTARTUP": _package_file("python_rc.py"), "PYTHONINSPECT": ""}
         version = ".".join(map(str, sys.version_info[:3]))
         return LaunchSpec([sys.executable, "-q", "-i"], env,
                           f"python {version} REPL; prompt '>>> '")
@@ -91,8 +91,12 @@ def _which(name: str, path: str | None) -> str | None:
 
 
 @functools.cache
+def _package_file(name: str) -> str:
+    return str(resources.files(__package__).joinpath(name))
+
+
 def _shell_rc() -> str:
-    return str(resources.files(__package__).joinpath("shell_rc.bash"))
+    return _package_file("shell_rc.bash")
 
 
 def _bash_version(bash: str) -> str:

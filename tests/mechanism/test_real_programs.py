@@ -16,7 +16,7 @@ PROMPT_WITHIN = 1.5
 needs = {name: pytest.mark.skipif(shutil.which(name) is None and not os.environ.get("CI"),
                                   reason=f"{name} is not installed (CI installs it)")
          for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl", "gpg", "pinentry-curses",
-                      "node")}
+                      "node", "make")}
 
 
 @pytest.fixture
@@ -268,3 +268,29 @@ def test_multi_line_progress_leaves_its_last_state(term):
     assert lines[1:] == ["part0 100%", "part1 100%", "part2 100%", "pulled", "$ "], r.viewport[-400:]
     assert "part0 90%\n" not in term.read() and term.read().count("part0 100%\n") == 1
     shell_gets_the_next_command(term)
+
+
+@needs["make"]
+def test_tabs_and_bangs_in_sent_text_are_typed_as_themselves(term):
+    """readline took a TAB in sent text for a completion request (a Makefile written through a heredoc
+    lost its recipe's tab: 'missing separator'), and bash's history expansion threw away a whole line that
+    held '!b' ('event not found')."""
+    r, _ = term("cat > Makefile <<'EOF'\nall:\n\techo made-it\nEOF")
+    assert r.wait_reason == "stdin_read" and r.exit_code == 0 and not r.bell, r.viewport[-300:]
+    r, _ = term("make; echo \"a!b\" 'x\ty' | cat -A")
+    assert "\nmade-it\n" in r.viewport and "a!b x^Iy$" in r.viewport, r.viewport[-300:]
+    assert r.exit_code == 0 and not r.bell
+    shell_gets_the_next_command(term)
+
+
+def test_a_tab_in_text_sent_to_the_python_session_is_a_tab():
+    """The python session's REPL is GNU readline too: a TAB inside a line was a completion request."""
+    tools, agent = TerminalTools(), Agent("python-tabs")
+    try:
+        sid = tools.call("terminal_open", {"type": "python"}, agent=agent).session_id
+        r = tools.call("terminal_send", {"sessionId": sid, "text": "print(repr('a\tb'), 6*7)"}, agent=agent)
+        assert "'a\\tb' 42" in r.viewport and not r.bell, r.viewport
+        r = tools.call("terminal_send", {"sessionId": sid, "text": "if True:\n\tprint('in-block')\n"}, agent=agent)
+        assert "in-block" in r.viewport, r.viewport
+    finally:
+        tools.shutdown()
