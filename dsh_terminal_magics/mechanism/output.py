@@ -37,6 +37,7 @@ _CONTROL_BYTES = bytes([*range(0x00, 0x08), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F
 _EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:;(\d+))?(?:\x07|\x1b\\)")
 _EXIT_MARKER_BYTES = re.compile(_EXIT_MARKER.pattern.encode())
 _SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1)([hl])")
+_PASTE_MODE = re.compile(r"\x1b\[\?2004([hl])")
 _DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")
 
 #: Longest unfinished escape sequence carried to the next chunk before it is dropped.
@@ -62,6 +63,7 @@ class TerminalEvents:
     bells: int = 0
     alternate_screen: bool | None = None
     application_cursor: bool | None = None
+    bracketed_paste: bool | None = None
 
     def __bool__(self) -> bool:
         return bool(
@@ -71,6 +73,7 @@ class TerminalEvents:
             or self.bells
             or self.alternate_screen is not None
             or self.application_cursor is not None
+            or self.bracketed_paste is not None
         )
 
 
@@ -207,6 +210,9 @@ def _collect_events(text: str, events: TerminalEvents) -> None:
                 events.application_cursor = flag == "h"
             else:
                 events.alternate_screen = flag == "h"
+        paste = _PASTE_MODE.findall(text) if "\x1b[?2004" in text else None
+        if paste:
+            events.bracketed_paste = paste[-1] == "h"
 
 
 def _compact_partial(raw: str) -> str:

@@ -55,6 +55,8 @@ class ScreenTracker:
         self._normalizer = normalizer
         self.alternate = False
         self.application_cursor = False
+        #: Whether the program asked for pasted text to be bracketed (DEC mode 2004).
+        self.bracketed_paste = False
         #: The foreground process group drawing the main screen by cursor addressing, if any.
         self.drawing_group: int | None = None
 
@@ -109,6 +111,8 @@ class ScreenTracker:
                 self._stop_drawing()
         if events.application_cursor is not None:
             self.application_cursor = events.application_cursor
+        if events.bracketed_paste is not None:
+            self.bracketed_paste = events.bracketed_paste
         return left
 
     def check_drawer(self, foreground: Callable[[], int]) -> None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
@@ -73,6 +74,10 @@ RELAY_SETTLE = 0.01
 #: How long an interrupted send waits for the program to come back before giving up (seconds).
 INTERRUPT_GRACE = 5.0
 ENTER = b"\r"
+LINE_FEED = b"\n"
+#: Bracketed paste (DEC mode 2004): what a terminal puts around pasted text when the program asked for it.
+PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
+_INDENTED_LINE = re.compile(r"\n[ \t]+\S")
 
 
 @dataclass(frozen=True)
@@ -95,12 +100,32 @@ class SendRequest:
     viewport_bytes: int = 1024 * 1024
     keys: tuple[str, ...] = ()
 
-    def payload(self, application_cursor: bool = False) -> bytes:
-        """The bytes to write (raises for an unknown key name)."""
+    def payload(self, application_cursor: bool = False, paste: bool = False, enter: bytes = ENTER) -> bytes:
+        """The bytes to write (raises for an unknown key name); ``paste``: the text as a bracketed paste
+        (see :meth:`wants_paste`), the keys and ``enter`` after it."""
         data = self.text.encode("utf-8", "surrogateescape")
+        if paste:
+            data = PASTE_START + data + PASTE_END
         if self.keys:
             data += encode_keys(list(self.keys), application_cursor)
-        return data + ENTER if self.submit else data
+        return data + enter if self.submit else data
+
+    def types_ahead(self) -> bool:
+        """Whether the text holds several lines, the later ones typed ahead for whoever reads next (the
+        command the first line starts: ``read v⏎answer``).  They end with a line feed, as the lines inside
+        the text do: a CR typed ahead while a line editor has the terminal raw stays a CR, and a line-mode
+        reader taking over never sees its line end (``answer`` was lost).  Line editors take a line feed
+        as Enter too."""
+        return "\n" in self.text and not self.keys
+
+    def wants_paste(self) -> bool:
+        """Whether the text is one a line editor would change if it were typed: it holds a TAB (a completion
+        request) or indented lines after the first (an auto-indenting editor - IPython, python 3.13's REPL -
+        adds its own indent to each).  Text with an ESC drives keys: it is never pasted."""
+        text = self.text
+        if "\x1b" in text:
+            return False
+        return "\t" in text or _INDENTED_LINE.search(text) is not None
 
 
 @dataclass
@@ -130,7 +155,7 @@ class SendOperation:
     produced since the previous call (never the same text twice).
     """
 
-    def __init__(self, session: "Session", request: SendRequest, payload: bytes) -> None:
+    def __init__(self, session: "Session", request: SendRequest, payload: bytes, escape_sent: bool) -> None:
         self.session = session
         self.request = request
         self.payload = payload
@@ -143,7 +168,7 @@ class SendOperation:
         self.deadline = self.started + request.timeout
         self.cancel_requested = False
         self.interrupted_at = self.last_interrupt = 0.0
-        self.escape_sent = b"\x1b" in payload
+        self.escape_sent = escape_sent
         self.left_full_screen = False
         self.exit_code: int | None = None
         self.marker_seen = False

@@ -27,7 +27,7 @@ from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker
-from .send import MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
+from .send import LINE_FEED, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
 from .terminal_replies import HeldAnswers, TerminalReplies
 
 
@@ -285,6 +285,7 @@ class Session:
         codes = self._exit_codes(events.exit_markers) if events.exit_markers else None
         if codes:
             self._typed_since_prompt = False
+            self.screen.bracketed_paste = False  # our shell at its prompt (its line editor pastes nothing)
             self.last_exit_code = codes[-1]
             if op is not None:
                 op.exit_code = codes[-1]
@@ -398,11 +399,17 @@ class Session:
         """Take the send reservation now and start writing and waiting; returns the operation."""
         self.check_can_send()
         payload = request.payload(self.screen.application_cursor)  # may refuse bad keys: before any change
+        escape_sent = b"\x1b" in payload
+        screen = self.screen
+        if screen.bracketed_paste and not screen.full_screen and request.wants_paste():
+            payload = request.payload(screen.application_cursor, paste=True)
+        elif not screen.full_screen and request.types_ahead():
+            payload = request.payload(screen.application_cursor, enter=LINE_FEED)
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self.write_now(payload[:4096]) if payload else 0  # the program starts on it at once
         if payload:
             self._typed_since_prompt = True
-        op = SendOperation(self, request, payload)  # (its output is read only after this call returns)
+        op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
         self.reservation = holder
         self.operation = op
         op.start(fence, written)

@@ -294,3 +294,39 @@ def test_a_tab_in_text_sent_to_the_python_session_is_a_tab():
         assert "in-block" in r.viewport, r.viewport
     finally:
         tools.shutdown()
+
+
+def test_indented_code_reaches_an_auto_indenting_repl_as_written(term):
+    """IPython indents the line after ``def f(x):`` itself: typed, the sent indent came on top of its own
+    ('IndentationError: unexpected indent', and a dedented line after a loop landed inside it).  A program
+    that asked for bracketed paste (mode 2004) gets indented or TAB-holding text as a paste, as a terminal
+    pastes it; text without either is typed as before."""
+    import sys
+    r, _ = term(f"{sys.executable} -m IPython --no-banner --quick --colors=NoColor --no-confirm-exit")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("In [1]:"), r.viewport[-300:]
+    r, _ = term("def f(x):\n    y = x * 2\n    return y\n\nf(21)")
+    assert "Out[1]: 42" in r.viewport and "Error" not in r.viewport, r.viewport
+    r, _ = term("for i in range(2):\n    print('in', i)\nprint('after', repr('a\tb'))")
+    assert "in 1\nafter 'a\\tb'\n" in r.viewport, r.viewport
+    r, elapsed = term("exit")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r.viewport[-300:]
+    # a line editor that pastes (bash without our set-up) still gets lines typed when none is indented:
+    # the second line is the answer to the first one's read, not a command of a pasted buffer
+    r, _ = term("bash --norc --noprofile -i")
+    r, _ = term("read v\nanswer")
+    r, _ = term("echo got-$v; exit")
+    assert "got-answer" in r.viewport, r.viewport
+    shell_gets_the_next_command(term)
+
+
+def test_lines_typed_ahead_reach_the_command_that_reads_them(term):
+    """``read v⏎answer`` in one send: the answer is typed ahead while readline has the terminal raw, so a
+    CR stays a CR and the line-mode ``read`` never saw its line end (v became 'answer\\recho ...'; python's
+    ``input()`` lost 'hello' for good).  Later lines end with a line feed, as the lines inside the text do."""
+    r, _ = term("read v\nanswer")
+    assert r.wait_reason == "stdin_read" and r.exit_code == 0, r.viewport
+    r, _ = term("echo got-$v")
+    assert "got-answer\n" in r.viewport, r.viewport
+    r, _ = term("python3 -c \"print('py', input())\"\nhello")
+    assert "py hello\n" in r.viewport and r.exit_code == 0, r.viewport
+    shell_gets_the_next_command(term)
