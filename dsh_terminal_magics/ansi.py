@@ -63,8 +63,10 @@ _DROP_MARKS = dict.fromkeys(map(ord, MARKS + ROW_UP + ROW_DOWN))
 MAX_MOTION = 1024
 MAX_MARKS_PER_CHUNK = 65536
 MAX_RESERVED_LINES = 200
-#: Most rows a program may climb back over and rewrite (multi-line progress is a few dozen at most).
+#: Most rows a program may climb back over and rewrite (multi-line progress is a few dozen at most), and
+#: the raw text of the row the cursor is on kept before it is replayed into its shortest form.
 MAX_ROWS = 200
+MAX_ROW_RAW = 1024
 _LINE_MOTION = re.compile(r"\x1b\[(\d{0,6})([CDGKJP@ABEF])")
 _ROW_PIECES = re.compile(f"({ROW_UP}+|{ROW_DOWN}+|\n)")
 _CURSOR_UP = re.compile(r"\x1b\[(\d{0,6})A")
@@ -220,7 +222,9 @@ class RowCursor:
         """Up ``count`` rows (clamped to the lines there are and :data:`MAX_ROWS`), keeping the column."""
         target = min(self.up + count, len(lines), MAX_ROWS)
         column = self.column if self.up else cursor_column(partial)
-        passed = [lines[-i] for i in range(max(self.up, 1), target + 1)] + ([] if self.up else [render_line(partial)])
+        passed = [lines[-i] for i in range(max(self.up, 1), target + 1)]
+        if not self.up:
+            passed.append(render_line(partial))
         if target <= self.up or any(_screen_width(line) > columns for line in passed):
             return
         self.up = target
@@ -245,8 +249,11 @@ class RowCursor:
     def write(self, lines: MutableSequence[str], text: str) -> tuple[str, str]:
         """Write ``text`` (no newline) on the cursor's row; returns the row's (old, new) rendered line."""
         self._raw += text
-        old, lines[-self.up] = lines[-self.up], _play_line(self._raw)[0]  # (a shorter text leaves the rest)
-        return old, lines[-self.up]
+        new, column = _play_line(self._raw)  # (a shorter text leaves the rest of the row)
+        if len(self._raw) > MAX_ROW_RAW:  # a spinner on an upper row: keep its raw text short
+            self._raw = new + "\r" + CURSOR_RIGHT * column
+        old, lines[-self.up] = lines[-self.up], new
+        return old, new
 
 
 def _screen_width(line: str) -> int:

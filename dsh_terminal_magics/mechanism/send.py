@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from ..errors import TerminalError
+from ..errors import InvalidArgumentError, TerminalError
 from ..vocabulary import WaitReason
 from .keys import encode_keys
 from .readiness import Fence
@@ -75,6 +75,9 @@ RELAY_SETTLE = 0.01
 INTERRUPT_GRACE = 5.0
 ENTER = b"\r"
 LINE_FEED = b"\n"
+#: The longest line the kernel keeps for a program reading whole lines (the terminal in line mode): the
+#: rest of a longer line is dropped as it arrives (its line buffer is 4096 bytes, the line end included).
+MAX_LINE_MODE_LINE = 4095
 #: Bracketed paste (DEC mode 2004): what a terminal puts around pasted text when the program asked for it.
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 _INDENTED_LINE = re.compile(r"\n[ \t]+\S")
@@ -109,6 +112,20 @@ class SendRequest:
         if self.keys:
             data += encode_keys(list(self.keys), application_cursor)
         return data + enter if self.submit else data
+
+    def check_lines_fit_line_mode(self) -> None:
+        """Raise when a line of the text is longer than a line-mode reader can take (the kernel would drop
+        the rest of it as it arrives, and the send would end as if all went in)."""
+        if len(self.text) * 4 <= MAX_LINE_MODE_LINE:  # (UTF-8: at most 4 bytes a character)
+            return
+        for number, line in enumerate(self.text.split("\n"), 1):
+            size = len(line.encode("utf-8", "surrogateescape"))
+            if size > MAX_LINE_MODE_LINE:
+                raise InvalidArgumentError(
+                    f"line {number} of the text is {size} bytes, but the terminal is in line mode (the program "
+                    f"reads whole lines), where the kernel keeps at most {MAX_LINE_MODE_LINE} bytes of a line "
+                    "and drops the rest: send it in lines of at most that (e.g. base64 -w 76 of the data, then "
+                    "decode it), or write the data to a file another way; nothing was sent")
 
     def types_ahead(self) -> bool:
         """Whether the text holds several lines, the later ones typed ahead for whoever reads next (the

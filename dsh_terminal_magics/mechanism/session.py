@@ -27,7 +27,7 @@ from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker
-from .send import LINE_FEED, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
+from .send import LINE_FEED, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
 from .terminal_replies import HeldAnswers, TerminalReplies
 
 
@@ -400,6 +400,8 @@ class Session:
         self.check_can_send()
         payload = request.payload(self.screen.application_cursor)  # may refuse bad keys: before any change
         escape_sent = b"\x1b" in payload
+        if len(payload) > MAX_LINE_MODE_LINE and self.reads_lines():
+            request.check_lines_fit_line_mode()
         screen = self.screen
         if screen.bracketed_paste and not screen.full_screen and request.wants_paste():
             payload = request.payload(screen.application_cursor, paste=True)

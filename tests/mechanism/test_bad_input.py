@@ -74,3 +74,21 @@ def _comm(pid: int) -> str:
             return f.read().strip()
     except OSError:
         return ""
+
+
+def test_a_line_longer_than_a_line_mode_reader_takes_is_refused(manager, agent, tmp_path):
+    """The kernel keeps 4095 bytes of a line for a program reading whole lines and drops the rest: a
+    10,000-byte line sent to ``input()`` arrived as 4095 and the send ended as if all went in.  Now it is
+    refused, nothing written; the shell's own line editor (a heredoc) takes long lines as before."""
+    sid = manager.sync.open(agent, "shell", cwd=str(tmp_path)).session_id
+    try:
+        r = manager.sync.send(agent, sid, SendRequest("python3 -c \"print('got', len(input()))\""))
+        assert r.wait_reason == "stdin_read"
+        with pytest.raises(InvalidArgumentError, match=r"line 1 of the text is 10000 bytes.*line mode.*4095"):
+            manager.sync.send(agent, sid, SendRequest("x" * 10000))
+        r = manager.sync.send(agent, sid, SendRequest("y" * 4095))  # the longest that fits: still taken
+        assert "got 4095" in r.viewport, r.viewport[-200:]
+        r = manager.sync.send(agent, sid, SendRequest("cat > long.txt <<'EOF'\n" + "z" * 10000 + "\nEOF"))
+        assert r.exit_code == 0 and (tmp_path / "long.txt").read_text() == "z" * 10000 + "\n"
+    finally:
+        manager.sync.close(agent, sid)

@@ -236,6 +236,8 @@ def test_a_climb_is_bounded_and_a_programs_own_row_mark_characters_are_dropped()
     sb = normalise(lines.encode(), b"\x1b[999999Atop")
     assert sb.cursor_line == sb.completed_lines + 1 - MAX_ROWS
     assert list(sb.iter_lines(11, 11)) == ["top"]
+    spinner = normalise(b"job 1\r\njob 2\r\n\x1b[2A", *[f"\rjob 1 {c}".encode() for c in "|/-\\" * 5000])
+    assert list(spinner.iter_lines(1, 1)) == ["job 1 \\"] and len(spinner._rows._raw) < 2 * 1024
     assert marked("a\r\nb\x14\x14c\x15\r\n") == ["a", "bc", ""]
     assert marked("a\r\n\x1b[1mb\x14c\r\n") == ["a", "bc", ""]
 
