@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import Callable, Iterator
 
-from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ESCAPE as _ESCAPE, UNFINISHED as _UNFINISHED, \
-    ROW_DOWN, ROW_UP, RowCursor, compact_line, cursor_column, has_marks, has_row_marks, line_motion_marks, \
-    plays_on_cursor, render_line, row_pieces, without_marks
+from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ESCAPE as _ESCAPE, MAX_ROWS, ROW_DOWN, ROW_UP, \
+    UNFINISHED as _UNFINISHED, RowCursor, compact_line, cursor_column, has_marks, has_row_marks, \
+    line_motion_marks, plays_on_cursor, render_line, row_pieces, without_marks
 
 log = logging.getLogger(__name__)
 
@@ -248,6 +248,11 @@ class ScrollbackBuffer:
         #: ``columns`` wrap on the screen and are not climbed over.
         self._rows = RowCursor()
         self.columns = 160
+        #: Rewrites of finished lines, counted as the cursor leaves each rewritten row: line number -> the
+        #: count at its last one (for readers that streamed the line before: :meth:`rewritten_since`).
+        self.rewrites = 0
+        self._rewritten: dict[int, int] = {}
+        self._dirty_row = 0
 
     # -- writing -----------------------------------------------------------
     def append(self, text: str) -> None:
@@ -264,6 +269,8 @@ class ScrollbackBuffer:
         """Text that moves the cursor up and down rows: what lands on an upper row rewrites that line."""
         rows = self._rows
         for piece in row_pieces(text.replace("\r\n", "\n")):
+            if self._dirty_row and (piece[0] in ROW_UP + ROW_DOWN or piece == "\n"):
+                self._left_rewritten_row()
             if piece[0] == ROW_UP:
                 rows.climb(self._lines, self._partial, len(piece), self.columns)
             elif piece[0] == ROW_DOWN:
@@ -277,6 +284,22 @@ class ScrollbackBuffer:
                 if len(new) > self.max_line_chars:
                     new = self._lines[-rows.up] = new[: self.max_line_chars] + self.LINE_CUT_MARKER
                 self._chars += len(new) - len(old)
+                self._dirty_row = self.cursor_line
+
+    def _left_rewritten_row(self) -> None:
+        self.rewrites += 1
+        self._rewritten[self._dirty_row] = self.rewrites
+        self._dirty_row = 0
+        if len(self._rewritten) > 2 * MAX_ROWS:
+            oldest = self.completed_lines - MAX_ROWS
+            self._rewritten = {n: c for n, c in self._rewritten.items() if n >= oldest}
+
+    def rewritten_since(self, seen: int, before: int) -> tuple[list[str], int]:
+        """Lines numbered below ``before`` rewritten after rewrite count ``seen`` (their text now, in order),
+        and the count to pass next time."""
+        first = self._first
+        numbers = sorted(n for n, count in self._rewritten.items() if count > seen and first <= n < before)
+        return [self._lines[n - first] for n in numbers], self.rewrites
 
     def _append_lines(self, text: str) -> None:
         if not text:

@@ -191,6 +191,7 @@ class SendOperation:
         self.marker_seen = False
         self.bell = False
         self._cursor = session.scrollback.completed_lines + 1
+        self._rewrites_seen = session.scrollback.rewrites
         self._timed_wait: tuple[float, int] | None = None
         self.fence = Fence()
         #: Writes the rest of a text larger than the PTY takes at once (None otherwise).
@@ -236,9 +237,12 @@ class SendOperation:
         self.session.wake()
 
     def read_output(self) -> str:
-        """Finished lines since the last call; once done, also the final unfinished line."""
+        """Finished lines since the last call; once done, also the final unfinished line.  A line the
+        program rewrote since (multi-line progress) comes again, as it reads now."""
         sb = self.session.scrollback
+        again, self._rewrites_seen = sb.rewritten_since(self._rewrites_seen, self._cursor)
         lines, self._cursor, dropped = sb.completed_since(self._cursor)
+        lines = again + lines
         text = "\n".join(lines) + ("\n" if lines else "")
         if dropped:
             text = f"[{dropped} lines dropped: scrollback overflowed]\n" + text

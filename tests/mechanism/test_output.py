@@ -311,3 +311,24 @@ def test_a_shells_output_with_exit_markers_in_any_chunking(atoms, step):
         assert "".join(texts) == expected
         assert seen == codes
         assert bells == atoms.count(b"\x07")
+
+
+def test_a_reader_gets_a_line_again_when_it_is_rewritten():
+    """A reader that streamed lines (a job's output, on_output) gets each line the program rewrites after
+    that again, as it reads now, once the cursor has left it - never the same rewrite twice."""
+    sb, n = ScrollbackBuffer(), OutputNormalizer()
+
+    def feed(data: bytes) -> None:
+        sb.append(n.feed(data)[0])
+
+    feed(b"a 0%\r\nb 0%\r\n")
+    lines, cursor, _ = sb.completed_since(1)
+    seen = sb.rewrites
+    assert lines == ["a 0%", "b 0%"] and sb.rewritten_since(seen, cursor) == ([], seen)
+    feed(b"\x1b[2A\x1b[2Ka 50%\r\n\x1b[2Kb 5")  # row a left; row b still being written
+    again, seen = sb.rewritten_since(seen, cursor)
+    assert again == ["a 50%"]
+    feed(b"0%\r\n")
+    again, seen = sb.rewritten_since(seen, cursor)
+    assert again == ["b 50%"] and sb.rewritten_since(seen, cursor)[0] == []
+    assert sb.rewritten_since(0, 2)[0] == ["a 50%"]  # (only lines the reader had: below its cursor)

@@ -330,3 +330,40 @@ def test_lines_typed_ahead_reach_the_command_that_reads_them(term):
     r, _ = term("python3 -c \"print('py', input())\"\nhello")
     assert "py hello\n" in r.viewport and r.exit_code == 0, r.viewport
     shell_gets_the_next_command(term)
+
+
+def test_a_job_reading_multi_line_progress_sees_it_move(tmp_path):
+    """A background job's reads return each line once - but a progress line the program rewrites after a
+    read comes again in its new state (the job's reads showed nothing while a docker-style display ran)."""
+    from tests.conftest import wait_for
+    go = tmp_path / "go"
+    script = tmp_path / "bars.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "def wait(name):\n"
+        "    while not os.path.exists(name): time.sleep(0.01)\n"
+        "print('a 0%'); print('b 0%', flush=True)\n"
+        f"wait({str(go) + '1'!r})\n"
+        "sys.stdout.write('\\x1b[2A\\x1b[2Ka 50%\\n\\x1b[2Kb 50%\\n'); sys.stdout.flush()\n"
+        f"wait({str(go) + '2'!r})\n"
+        "print('done')\n")
+    tools, agent = TerminalTools(), Agent("job-progress")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        job = tools.call("terminal_send", {"sessionId": sid, "text": f"python3 {script}",
+                                           "run_in_background": True}, agent=agent).job_id
+        seen: list[str] = []
+
+        def read_until(text: str) -> bool:
+            seen.append(tools.call("job_output", {"jobId": job}, agent=agent).output)
+            return text in "".join(seen)
+
+        wait_for(lambda: read_until("b 0%\n"))
+        (tmp_path / "go1").touch()
+        wait_for(lambda: read_until("b 50%\n"))
+        (tmp_path / "go2").touch()
+        wait_for(lambda: read_until("done\n"))
+        out = "".join(seen)
+        assert out.count("a 0%\n") == 1 and out.index("a 50%\nb 50%\n") < out.index("done"), out
+    finally:
+        tools.shutdown()
