@@ -12,8 +12,7 @@
 from __future__ import annotations
 
 import re
-from typing import MutableSequence, Sequence
-from unicodedata import east_asian_width
+from typing import Iterator, MutableSequence, Sequence
 
 #: One complete escape sequence: CSI, OSC (BEL or ST terminated), DCS/SOS/PM/APC, nF/Fp/Fe escapes.
 ESCAPE = re.compile(
@@ -67,8 +66,19 @@ MAX_RESERVED_LINES = 200
 #: the raw text of the row the cursor is on kept before it is replayed into its shortest form.
 MAX_ROWS = 200
 MAX_ROW_RAW = 1024
+#: Output is untrusted: each :data:`ROW_BUDGET_CHARS` of text move the cursor between rows at most
+#: :data:`MAX_ROW_MOTIONS` times, looking at most :data:`MAX_ROWS_LOOKED` rows they pass (a 60 KB chunk of
+#: ``CSI 200A CSI 200B`` cost the loop 90-250 ms); motions past the budget are dropped.
+ROW_BUDGET_CHARS = 4096
+MAX_ROW_MOTIONS = 256
+MAX_ROWS_LOOKED = 2048
 _LINE_MOTION = re.compile(r"\x1b\[(\d{0,6})([CDGKJP@ABEF])")
 _ROW_PIECES = re.compile(f"({ROW_UP}+|{ROW_DOWN}+|\n)")
+#: Characters a terminal shows two columns wide: the main blocks of Unicode's East_Asian_Width W and F (CJK,
+#: Hangul, kana, full-width forms, emoji) - close enough to tell a line the screen wraps, at C speed.
+_WIDE = re.compile("[\u1100-\u115f\u2e80-\u303e\u3041-\u33ff\u3400-\u4dbf\u4e00-\u9fff\ua000-\ua4cf"
+                   "\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60\uffe0-\uffe6\U0001f300-\U0001f64f"
+                   "\U0001f680-\U0001f6ff\U0001f900-\U0001f9ff\U0001fa70-\U0001faff\U00020000-\U0003fffd]")
 _CURSOR_UP = re.compile(r"\x1b\[(\d{0,6})A")
 #: What may fill lines a program reserved below its prompt: blanks, CRs, backspaces, colours.
 _RESERVED_FILL = re.compile(r"(?:[ \r\b]|\x1b\[[0-9;]*m)*")
@@ -195,7 +205,7 @@ def render_line(raw: str) -> str:
 
 def cursor_column(raw: str) -> int:
     """The column the cursor ends in after one raw line (as :func:`render_line` plays it)."""
-    return _play_line(raw)[1]
+    return 0 if raw.endswith("\r") else _play_line(raw)[1]
 
 
 class RowCursor:
@@ -208,11 +218,22 @@ class RowCursor:
     a line the screen wraps (wider than ``columns``) is not followed: the motion is dropped.
     """
 
-    __slots__ = ("up", "_raw")
+    __slots__ = ("up", "_raw", "_motions", "_looks")
 
     def __init__(self) -> None:
         self.up = 0
         self._raw = ""  # the cursor's row while up > 0: its line, then what was written on it
+        self.new_chunk()
+
+    def new_chunk(self) -> None:
+        """Start a new budget (:data:`MAX_ROW_MOTIONS`, :data:`MAX_ROWS_LOOKED`): at each
+        :data:`ROW_BUDGET_CHARS` of text."""
+        self._motions, self._looks = MAX_ROW_MOTIONS, MAX_ROWS_LOOKED
+
+    def _spend(self, looks: int) -> bool:
+        self._motions -= 1
+        self._looks -= looks
+        return self._motions >= 0 and self._looks >= 0
 
     @property
     def column(self) -> int:
@@ -221,11 +242,13 @@ class RowCursor:
     def climb(self, lines: Sequence[str], partial: str, count: int, columns: int) -> None:
         """Up ``count`` rows (clamped to the lines there are and :data:`MAX_ROWS`), keeping the column."""
         target = min(self.up + count, len(lines), MAX_ROWS)
+        if target <= self.up or not self._spend(target - self.up):
+            return
         column = self.column if self.up else cursor_column(partial)
         passed = [lines[-i] for i in range(max(self.up, 1), target + 1)]
         if not self.up:
             passed.append(render_line(partial))
-        if target <= self.up or any(_screen_width(line) > columns for line in passed):
+        if any(_screen_width(line) > columns for line in passed):
             return
         self.up = target
         self._raw = lines[-target] + "\r" + CURSOR_RIGHT * column
@@ -233,6 +256,8 @@ class RowCursor:
     def down(self, lines: Sequence[str], count: int) -> str:
         """Down ``count`` rows (no further than the last line); on reaching it, what moves the cursor to its
         column there (to add to the last line's raw text)."""
+        if not self.up or not self._spend(0):
+            return ""
         column = self.column
         self.up = max(self.up - count, 0)
         if self.up:
@@ -257,12 +282,12 @@ class RowCursor:
 
 
 def _screen_width(line: str) -> int:
-    """Columns a rendered line takes (wide East Asian characters take two)."""
+    """Columns a rendered line takes (wide East Asian characters and emoji take two)."""
     if line.isascii():
         return len(line)
     if "\x1b" in line:
         line = SGR.sub("", line)
-    return len(line) + sum(1 for ch in line if ord(ch) >= 0x1100 and east_asian_width(ch) in "WF")
+    return len(line) + len(_WIDE.findall(line))
 
 
 def play_rows(text: str, columns: int = MAX_MOTION) -> list[str]:
@@ -270,7 +295,7 @@ def play_rows(text: str, columns: int = MAX_MOTION) -> list[str]:
     lines: list[str] = []
     partial = ""
     rows = RowCursor()
-    for piece in row_pieces(text):
+    for piece in budgeted_pieces(text, rows):
         if piece[0] == ROW_UP:
             rows.climb(lines, partial, len(piece), columns)
         elif piece[0] == ROW_DOWN:
@@ -288,9 +313,20 @@ def play_rows(text: str, columns: int = MAX_MOTION) -> list[str]:
     return lines + [render_line(partial)]
 
 
-def row_pieces(text: str) -> list[str]:
-    """``text`` split at row marks and newlines, each kept as a piece of its own (empty pieces dropped)."""
-    return [piece for piece in _ROW_PIECES.split(text) if piece]
+def budgeted_pieces(text: str, rows: RowCursor) -> Iterator[str]:
+    """``text`` split at row marks and newlines, each kept as a piece of its own (empty pieces dropped);
+    ``rows`` gets a new budget at each :data:`ROW_BUDGET_CHARS` of text between the marks."""
+    rows.new_chunk()
+    written = 0
+    for piece in _ROW_PIECES.split(text):
+        if not piece:
+            continue
+        if piece[0] not in ROW_UP + ROW_DOWN:
+            written += len(piece)
+            if written >= ROW_BUDGET_CHARS:
+                rows.new_chunk()
+                written = 0
+        yield piece
 
 
 def compact_line(raw: str) -> str:

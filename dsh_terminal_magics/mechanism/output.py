@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ESCAPE as _ESCAPE, MAX_ROWS, ROW_DOWN, ROW_UP, \
     UNFINISHED as _UNFINISHED, RowCursor, compact_line, cursor_column, has_marks, has_row_marks, \
-    line_motion_marks, plays_on_cursor, render_line, row_pieces, without_marks
+    line_motion_marks, plays_on_cursor, render_line, budgeted_pieces, without_marks
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ class ScrollbackBuffer:
     def _append_rows(self, text: str) -> None:
         """Text that moves the cursor up and down rows: what lands on an upper row rewrites that line."""
         rows = self._rows
-        for piece in row_pieces(text.replace("\r\n", "\n")):
+        for piece in budgeted_pieces(text.replace("\r\n", "\n"), rows):
             if self._dirty_row and (piece[0] in ROW_UP + ROW_DOWN or piece == "\n"):
                 self._left_rewritten_row()
             if piece[0] == ROW_UP:

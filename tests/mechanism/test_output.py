@@ -167,6 +167,7 @@ def test_lines_a_program_climbs_back_over_are_rewritten():
     for n in range(1, 31):
         rich += f"\r\x1b[2K\x1b[1A\x1b[2Kdl a {bar} {n}%\r\ndl b {bar} {n}%"
     assert [line[-3:] for line in marked(rich, "\r\nrich done\r\n")] == ["30%", "30%", "one", ""]
+    assert marked("y\r\ny\r\n", "\x1b[2A\x1b[2Bend\r\n") == ["y", "y", "end", ""]  # (the column kept: 0)
     # CSI F / E: up and down to column 0; down is bounded by the last line
     assert marked("x1\r\nx2\r\n", "\x1b[2Fy1\x1b[5Ez") == ["y1", "x2", "z"]
     # no further up than the lines there are, and never over a line the screen wraps
@@ -332,3 +333,18 @@ def test_a_reader_gets_a_line_again_when_it_is_rewritten():
     again, seen = sb.rewritten_since(seen, cursor)
     assert again == ["b 50%"] and sb.rewritten_since(seen, cursor)[0] == []
     assert sb.rewritten_since(0, 2)[0] == ["a 50%"]  # (only lines the reader had: below its cursor)
+
+
+def test_row_motion_has_a_budget():
+    """Output is untrusted: climbing 200 rows and back, 5000 times in one chunk, looks at a bounded number
+    of rows (it cost the loop 90-250 ms a 60 KB chunk); motions past the budget are dropped."""
+    from dsh_terminal_magics import ansi
+    looked: list[int] = []
+    real = ansi._screen_width
+    try:
+        ansi._screen_width = lambda line: looked.append(1) or real(line)  # type: ignore[assignment]
+        sb = normalise(b"y\r\n" * 300, b"\x1b[200A\x1b[200B" * 5000 + b"end\r\n")
+    finally:
+        ansi._screen_width = real  # type: ignore[assignment]
+    assert len(looked) <= ansi.MAX_ROWS_LOOKED + ansi.MAX_ROWS, len(looked)
+    assert "end" in lines_of(sb)[-3:], lines_of(sb)[-3:]
