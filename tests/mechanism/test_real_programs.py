@@ -367,3 +367,28 @@ def test_a_job_reading_multi_line_progress_sees_it_move(tmp_path):
         assert out.count("a 0%\n") == 1 and out.index("a 50%\nb 50%\n") < out.index("done"), out
     finally:
         tools.shutdown()
+
+
+def test_ctrl_c_in_the_python_session_interrupts_the_code_not_the_session():
+    """An agent's python session runs under bwrap's pid namespace; the REPL shared its process group with
+    bwrap, so Ctrl-C (a key, or the interrupt of a send that timed out) killed bwrap and the session
+    (exit -2) instead of raising KeyboardInterrupt."""
+    tools, agent = TerminalTools(), Agent("python-ctrl-c")
+    try:
+        opened = tools.call("terminal_open", {"type": "python"}, agent=agent)
+        sid = opened.session_id
+
+        def send(text: str, **extra):
+            return tools.call("terminal_send", {"sessionId": sid, "text": text, **extra}, agent=agent)
+
+        r = send("import time; time.sleep(60)", timeout=1, idle=0.5)
+        assert r.wait_reason == "inferred_idle", r
+        r = send("", keys=["C-c"], submit=False)
+        assert r.wait_reason == "stdin_read" and "KeyboardInterrupt" in r.viewport, r
+        r = tools.call("terminal_send", {"sessionId": sid, "text": "time.sleep(60)", "run_in_background": True},
+                       agent=agent)
+        tools.call("job_kill", {"jobId": r.job_id}, agent=agent)
+        r = send("print(6*7)")
+        assert r.session_status == "running" and "42" in r.viewport, r
+    finally:
+        tools.shutdown()
