@@ -398,15 +398,7 @@ class Session:
     def start_send(self, request: SendRequest, holder: str) -> SendOperation:
         """Take the send reservation now and start writing and waiting; returns the operation."""
         self.check_can_send()
-        payload = request.payload(self.screen.application_cursor)  # may refuse bad keys: before any change
-        escape_sent = b"\x1b" in payload
-        if len(payload) > MAX_LINE_MODE_LINE and self.reads_lines():
-            request.check_lines_fit_line_mode()
-        screen = self.screen
-        if screen.bracketed_paste and not screen.full_screen and request.wants_paste():
-            payload = request.payload(screen.application_cursor, paste=True)
-        elif not screen.full_screen and request.types_ahead():
-            payload = request.payload(screen.application_cursor, enter=LINE_FEED)
+        payload, escape_sent = self._payload(request)  # may refuse bad input: before any change
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self.write_now(payload[:4096]) if payload else 0  # the program starts on it at once
         if payload:
@@ -416,6 +408,23 @@ class Session:
         self.operation = op
         op.start(fence, written)
         return op
+
+    def _payload(self, request: SendRequest) -> tuple[bytes, bool]:
+        """The bytes to write for ``request``, and whether the caller sent an ESC (the paste brackets are
+        ours): pasted or ending in a line feed when the program needs it (:meth:`SendRequest.wants_paste`,
+        :meth:`SendRequest.types_ahead`).  Raises for a bad key, or a line too long for a line-mode reader."""
+        screen = self.screen
+        typed = request.payload(screen.application_cursor)
+        if len(typed) > MAX_LINE_MODE_LINE and self.reads_lines():
+            request.check_lines_fit_line_mode()
+        escape_sent = b"\x1b" in typed
+        if screen.full_screen:
+            return typed, escape_sent
+        if screen.bracketed_paste and request.wants_paste():
+            return request.payload(screen.application_cursor, paste=True), escape_sent
+        if request.types_ahead():
+            return request.payload(screen.application_cursor, enter=LINE_FEED), escape_sent
+        return typed, escape_sent
 
     def release(self, op: SendOperation, result: "SendResult | None") -> None:
         """The send ``op`` has finished (with ``result``, None when it failed): give up the reservation."""
