@@ -165,6 +165,8 @@ class OutputNormalizer:
                 self._away += end - pos
                 if self._away > MAX_EXCURSION:  # no restore in sight: the text is the line's after all
                     kept.append(text[pos:end])
+                    self._away, pos = -1, end
+                    continue
                 if restore is None:
                     break
                 self._away, pos = -1, restore.end()

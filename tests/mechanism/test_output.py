@@ -207,6 +207,9 @@ def test_an_excursion_without_a_restore_leaves_out_a_bounded_amount():
     lines = lines_of(normalise(b"before\r\n\x1b7\x1b[40;1H" + tail.encode()))
     assert lines[0] == "before" and lines[-1] == f"line{count - 1:05d}"
     assert len(lines) >= 190, len(lines)
+    n = OutputNormalizer()
+    n.feed(b"\x1b7\x1b[40;1H" + b"x" * (MAX_EXCURSION + 1))
+    assert n._away < 0  # (given up: later plain chunks take the fast path again)
 
 
 @settings(max_examples=300, deadline=None)
