@@ -16,6 +16,7 @@ import os
 import queue
 import signal
 import threading
+import termios
 import time
 from typing import Any, Callable
 
@@ -181,6 +182,17 @@ class PtyChild:
             self._read_available()
 
     # -- input ----------------------------------------------------------------------
+    def interrupt_key(self) -> bytes | None:
+        """The terminal's interrupt character while it makes signals of keys (ISIG), else None."""
+        try:
+            attrs = termios.tcgetattr(self.master_fd)
+        except (OSError, termios.error):
+            return None
+        key = attrs[6][termios.VINTR]
+        if not attrs[3] & termios.ISIG or not isinstance(key, bytes) or key == b"\x00":
+            return None
+        return key
+
     def write_now(self, data: bytes) -> int:
         """Write what the PTY takes now; returns the bytes written."""
         if self.closed:

@@ -474,6 +474,14 @@ class Session:
             self.child.stop_watching_exits()
 
     def interrupt_foreground(self) -> None:
+        """SIGINT to the foreground process group, typed as the terminal's interrupt character while the
+        terminal makes signals of keys: the kernel then also throws away input typed ahead and not read yet,
+        as a terminal does (a kill() while the shell was still reading ``sleep 100`` left ``leep 100`` to run
+        as a command, and text queued behind an interrupted command ran after it).  A kill() otherwise (a
+        program that took the keys raw, or no room left in the input queue)."""
+        key = self.child.interrupt_key() if self.child is not None else None
+        if key is not None and self.write_now(key) == len(key):
+            return
         pgid = self.foreground_pgid()
         if pgid > 0:
             try:

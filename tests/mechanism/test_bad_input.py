@@ -92,3 +92,21 @@ def test_a_line_longer_than_a_line_mode_reader_takes_is_refused(manager, agent, 
         assert r.exit_code == 0 and (tmp_path / "long.txt").read_text() == "z" * 10000 + "\n"
     finally:
         manager.sync.close(agent, sid)
+
+
+def test_an_interrupt_throws_away_input_typed_ahead(manager, agent, tmp_path):
+    """An interrupt is the terminal's Ctrl-C: the kernel signals the foreground group and discards input not
+    read yet.  A kill() left it: text queued behind the interrupted command ran after it (and an interrupt
+    while the shell was still reading 'sleep 100' left 'leep 100' to run as a command)."""
+    sid = manager.sync.open(agent, "shell", cwd=str(tmp_path)).session_id
+    try:
+        session = manager.loop_thread.call(manager.session, agent, sid)
+        op = start_send(manager, agent, sid, SendRequest("sleep 30", timeout=30), holder="test")
+        wait_for(lambda: manager.loop_thread.call(session.foreground_pgid) not in (0, session.pid))
+        manager.loop_thread.call(session.type_input, b"touch queued-behind\r")
+        manager.loop_thread.call(op.cancel)
+        wait_for(lambda: op.done)
+        r = manager.sync.send(agent, sid, SendRequest("ls; echo listed"))
+        assert "listed" in r.viewport and not (tmp_path / "queued-behind").exists(), r.viewport
+    finally:
+        manager.sync.close(agent, sid)
