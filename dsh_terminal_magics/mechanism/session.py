@@ -415,8 +415,8 @@ class Session:
         :meth:`SendRequest.types_ahead`).  Raises for a bad key, or a line too long for a line-mode reader."""
         screen = self.screen
         typed = request.payload(screen.application_cursor)
-        if len(typed) > MAX_LINE_MODE_LINE and self.reads_lines():
-            request.check_lines_fit_line_mode()
+        if len(typed) > MAX_LINE_MODE_LINE and self.probe is not None and self.probe.reads_lines():
+            request.check_lines_fit_line_mode()  # (not when the mode is unknown: a refusal must be sure)
         escape_sent = b"\x1b" in typed
         if screen.full_screen:
             return typed, escape_sent
