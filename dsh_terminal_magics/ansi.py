@@ -142,7 +142,7 @@ def _motion_mark(number: str, final: str) -> str:
         rows = (ROW_UP if final in "AF" else ROW_DOWN) * min(count, MAX_ROWS)
         return rows + "\r" if final in "EF" else rows
     if final == "G":
-        return "\r" + CURSOR_RIGHT * (count - 1)
+        return to_column(count - 1)
     return {"D": CURSOR_LEFT, "C": CURSOR_RIGHT, "P": DELETE_CHAR, "@": INSERT_CHAR}[final] * count
 
 
@@ -157,7 +157,7 @@ def _fold_reserved_lines(text: str) -> str:
             continue
         column = _column_after(text[text.rindex("\n", start, match.start()) + 1:match.start()])
         out.append(text[pos:start])
-        out.append("\r" + CURSOR_RIGHT * column)
+        out.append(to_column(column))
         pos = match.end()
     out.append(text[pos:])
     return "".join(out)
@@ -201,6 +201,11 @@ def render_line(raw: str) -> str:
         head, _, last = raw.rstrip("\r").rpartition("\r")
         raw = "".join(m.group() for m in SGR.finditer(head)) + last if "\x1b" in head else last
     return raw
+
+
+def to_column(column: int) -> str:
+    """Marks that move the cursor to ``column`` of its line (CR, then right)."""
+    return "\r" + CURSOR_RIGHT * column
 
 
 def cursor_column(raw: str) -> int:
@@ -251,7 +256,7 @@ class RowCursor:
         if any(_screen_width(line) > columns for line in passed):
             return
         self.up = target
-        self._raw = lines[-target] + "\r" + CURSOR_RIGHT * column
+        self._raw = lines[-target] + to_column(column)
 
     def down(self, lines: Sequence[str], count: int) -> str:
         """Down ``count`` rows (no further than the last line); on reaching it, what moves the cursor to its
@@ -261,9 +266,9 @@ class RowCursor:
         column = self.column
         self.up = max(self.up - count, 0)
         if self.up:
-            self._raw = lines[-self.up] + "\r" + CURSOR_RIGHT * column
+            self._raw = lines[-self.up] + to_column(column)
             return ""
-        return "\r" + CURSOR_RIGHT * column
+        return to_column(column)
 
     def newline(self, lines: Sequence[str]) -> str:
         """A line feed (after CR) on an upper row: down one row, to column 0."""
@@ -274,9 +279,9 @@ class RowCursor:
     def write(self, lines: MutableSequence[str], text: str) -> tuple[str, str]:
         """Write ``text`` (no newline) on the cursor's row; returns the row's (old, new) rendered line."""
         self._raw += text
-        new, column = _play_line(self._raw)  # (a shorter text leaves the rest of the row)
         if len(self._raw) > MAX_ROW_RAW:  # a spinner on an upper row: keep its raw text short
-            self._raw = new + "\r" + CURSOR_RIGHT * column
+            self._raw = compact_line(self._raw)
+        new = _play_line(self._raw)[0]  # (a shorter text leaves the rest of the row)
         old, lines[-self.up] = lines[-self.up], new
         return old, new
 
@@ -332,7 +337,7 @@ def budgeted_pieces(text: str, rows: RowCursor) -> Iterator[str]:
 def compact_line(raw: str) -> str:
     """A shorter raw line that renders the same and leaves the cursor in the same column."""
     text, column = _play_line(raw)
-    return text + "\r" + CURSOR_RIGHT * column
+    return text + to_column(column)
 
 
 def _play_line(raw: str) -> tuple[str, int]:

@@ -36,6 +36,14 @@ def term(tmp_path):
     tools.shutdown()
 
 
+@pytest.fixture
+def agent_tools():
+    """Tools and an agent of their own, for tests that open sessions themselves (all closed after)."""
+    tools = TerminalTools()
+    yield tools, Agent("real-programs")
+    tools.shutdown()
+
+
 def prompt(r, elapsed: float, text: str) -> None:
     assert r.wait_reason == "stdin_read", (r.wait_reason, r.viewport[-300:])
     assert text in r.viewport, r.viewport[-300:]
@@ -284,17 +292,14 @@ def test_tabs_and_bangs_in_sent_text_are_typed_as_themselves(term):
     shell_gets_the_next_command(term)
 
 
-def test_a_tab_in_text_sent_to_the_python_session_is_a_tab():
+def test_a_tab_in_text_sent_to_the_python_session_is_a_tab(agent_tools):
     """The python session's REPL is GNU readline too: a TAB inside a line was a completion request."""
-    tools, agent = TerminalTools(), Agent("python-tabs")
-    try:
-        sid = tools.call("terminal_open", {"type": "python"}, agent=agent).session_id
-        r = tools.call("terminal_send", {"sessionId": sid, "text": "print(repr('a\tb'), 6*7)"}, agent=agent)
-        assert "'a\\tb' 42" in r.viewport and not r.bell, r.viewport
-        r = tools.call("terminal_send", {"sessionId": sid, "text": "if True:\n\tprint('in-block')\n"}, agent=agent)
-        assert "in-block" in r.viewport, r.viewport
-    finally:
-        tools.shutdown()
+    tools, agent = agent_tools
+    sid = tools.call("terminal_open", {"type": "python"}, agent=agent).session_id
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "print(repr('a\tb'), 6*7)"}, agent=agent)
+    assert "'a\\tb' 42" in r.viewport and not r.bell, r.viewport
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "if True:\n\tprint('in-block')\n"}, agent=agent)
+    assert "in-block" in r.viewport, r.viewport
 
 
 def test_indented_code_reaches_an_auto_indenting_repl_as_written(term):
@@ -333,7 +338,7 @@ def test_lines_typed_ahead_reach_the_command_that_reads_them(term):
     shell_gets_the_next_command(term)
 
 
-def test_a_job_reading_multi_line_progress_sees_it_move(tmp_path):
+def test_a_job_reading_multi_line_progress_sees_it_move(tmp_path, agent_tools):
     """A background job's reads return each line once - but a progress line the program rewrites after a
     read comes again in its new state (the job's reads showed nothing while a docker-style display ran)."""
     go = tmp_path / "go"
@@ -347,48 +352,42 @@ def test_a_job_reading_multi_line_progress_sees_it_move(tmp_path):
         "sys.stdout.write('\\x1b[2A\\x1b[2Ka 50%\\n\\x1b[2Kb 50%\\n'); sys.stdout.flush()\n"
         f"wait({str(go) + '2'!r})\n"
         "print('done')\n")
-    tools, agent = TerminalTools(), Agent("job-progress")
-    try:
-        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-        job = tools.call("terminal_send", {"sessionId": sid, "text": f"python3 {script}",
-                                           "run_in_background": True}, agent=agent).job_id
-        seen: list[str] = []
+    tools, agent = agent_tools
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    job = tools.call("terminal_send", {"sessionId": sid, "text": f"python3 {script}",
+                                       "run_in_background": True}, agent=agent).job_id
+    seen: list[str] = []
 
-        def read_until(text: str) -> bool:
-            seen.append(tools.call("job_output", {"jobId": job}, agent=agent).output)
-            return text in "".join(seen)
+    def read_until(text: str) -> bool:
+        seen.append(tools.call("job_output", {"jobId": job}, agent=agent).output)
+        return text in "".join(seen)
 
-        wait_for(lambda: read_until("b 0%\n"))
-        (tmp_path / "go1").touch()
-        wait_for(lambda: read_until("b 50%\n"))
-        (tmp_path / "go2").touch()
-        wait_for(lambda: read_until("done\n"))
-        out = "".join(seen)
-        assert out.count("a 0%\n") == 1 and out.index("a 50%\nb 50%\n") < out.index("done"), out
-    finally:
-        tools.shutdown()
+    wait_for(lambda: read_until("b 0%\n"))
+    (tmp_path / "go1").touch()
+    wait_for(lambda: read_until("b 50%\n"))
+    (tmp_path / "go2").touch()
+    wait_for(lambda: read_until("done\n"))
+    out = "".join(seen)
+    assert out.count("a 0%\n") == 1 and out.index("a 50%\nb 50%\n") < out.index("done"), out
 
 
-def test_ctrl_c_in_the_python_session_interrupts_the_code_not_the_session():
+def test_ctrl_c_in_the_python_session_interrupts_the_code_not_the_session(agent_tools):
     """An agent's python session runs under bwrap's pid namespace; the REPL shared its process group with
     bwrap, so Ctrl-C (a key, or the interrupt of a send that timed out) killed bwrap and the session
     (exit -2) instead of raising KeyboardInterrupt."""
-    tools, agent = TerminalTools(), Agent("python-ctrl-c")
-    try:
-        opened = tools.call("terminal_open", {"type": "python"}, agent=agent)
-        sid = opened.session_id
+    tools, agent = agent_tools
+    opened = tools.call("terminal_open", {"type": "python"}, agent=agent)
+    sid = opened.session_id
 
-        def send(text: str, **extra):
-            return tools.call("terminal_send", {"sessionId": sid, "text": text, **extra}, agent=agent)
+    def send(text: str, **extra):
+        return tools.call("terminal_send", {"sessionId": sid, "text": text, **extra}, agent=agent)
 
-        r = send("import time; time.sleep(60)", timeout=1, idle=0.5)
-        assert r.wait_reason == "inferred_idle", r
-        r = send("", keys=["C-c"], submit=False)
-        assert r.wait_reason == "stdin_read" and "KeyboardInterrupt" in r.viewport, r
-        r = tools.call("terminal_send", {"sessionId": sid, "text": "time.sleep(60)", "run_in_background": True},
-                       agent=agent)
-        tools.call("job_kill", {"jobId": r.job_id}, agent=agent)
-        r = send("print(6*7)")
-        assert r.session_status == "running" and "42" in r.viewport, r
-    finally:
-        tools.shutdown()
+    r = send("import time; time.sleep(60)", timeout=1, idle=0.5)
+    assert r.wait_reason == "inferred_idle", r
+    r = send("", keys=["C-c"], submit=False)
+    assert r.wait_reason == "stdin_read" and "KeyboardInterrupt" in r.viewport, r
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "time.sleep(60)", "run_in_background": True},
+                   agent=agent)
+    tools.call("job_kill", {"jobId": r.job_id}, agent=agent)
+    r = send("print(6*7)")
+    assert r.session_status == "running" and "42" in r.viewport, r
