@@ -7,6 +7,13 @@
 * Sent text is typed into GNU readline, where a TAB asks for completion (``'a\\tb'`` became ``'ab'``, with
   a bell): here TAB inserts itself.  site's interactive hook, which would bind TAB to completion again and
   write the user's ``~/.python_history``, is not run.
+* Code sent as a block runs as a block.  The interactive grammar is not a file's: a blank line ends a block
+  (a class whose methods are separated by blank lines broke apart), and a statement after a block needs a
+  blank line first (``SyntaxError``).  The REPL here is :class:`code.InteractiveConsole` with readline's
+  bracketed paste on at its own prompts (not while user code calls ``input()``), so the session's sender
+  pastes indented text (see ``SendRequest.wants_paste``) and the console gets it whole: it is compiled as
+  a file would be and its statements run one by one as typed ones do (an expression's value is shown),
+  stopping at the first exception.  Typed lines keep the REPL's rules.
 
 Importing this module does nothing.
 """
@@ -31,5 +38,84 @@ if __name__ == "__main__":
             return
         readline.parse_and_bind("tab: tab-insert")
 
+    def _dsh_terminal_console() -> None:
+        import ast
+        import code
+        import codeop
+        import sys
+
+        try:
+            import readline
+        except ImportError:
+            readline = None  # type: ignore[assignment]
+        future_flags = 0
+        for name in codeop.__future__.all_feature_names:  # type: ignore[attr-defined]
+            future_flags |= getattr(codeop.__future__, name).compiler_flag  # type: ignore[attr-defined]
+
+        class Console(code.InteractiveConsole):
+            """The REPL, with blocks (text with line breaks in one input: a paste) run whole."""
+
+            def raw_input(self, prompt: str = "") -> str:
+                if readline is None:
+                    return input(prompt)
+                readline.parse_and_bind("set enable-bracketed-paste on")
+                try:
+                    return input(prompt)
+                finally:
+                    readline.parse_and_bind("set enable-bracketed-paste off")
+
+            def push(self, line: str) -> bool:
+                if "\n" not in line:
+                    return self.push_line(line)
+                source = "\n".join([*self.buffer, line])
+                try:
+                    compiled = self.compile(source, self.filename, "exec")
+                except (OverflowError, SyntaxError, ValueError):
+                    self.resetbuffer()
+                    self.showsyntaxerror(self.filename)
+                    return False
+                if compiled is None:  # more to come (an open bracket, a block with no body yet)
+                    self.buffer.append(line)
+                    return True
+                self.resetbuffer()
+                self.run_block(source)
+                return False
+
+            def push_line(self, line: str) -> bool:
+                """A typed line, by the REPL's rules.  A complete statement on its own (most lines) is
+                compiled once, as the C REPL does; codeop's check for more to come compiles it up to three
+                times, under a warnings filter - a tenth of a millisecond on every line."""
+                if not self.buffer:
+                    try:
+                        statement = self.compile.compiler(line, self.filename, "single")
+                    except (OverflowError, SyntaxError, ValueError):
+                        pass  # incomplete, or an error: codeop tells which
+                    else:
+                        self.runcode(statement)
+                        return False
+                return super().push(line)
+
+            def run_block(self, source: str) -> None:
+                """Each top-level statement of ``source`` as the REPL runs a typed one; the first exception
+                ends the block."""
+                compiler = self.compile.compiler
+                tree = compile(source, self.filename, "exec", ast.PyCF_ONLY_AST | (compiler.flags & future_flags),
+                               dont_inherit=True)
+                for node in tree.body:
+                    statement = compile(ast.Interactive([node]), self.filename, "single",
+                                        compiler.flags & future_flags, dont_inherit=True)
+                    compiler.flags |= statement.co_flags & future_flags  # (a __future__ import stays on)
+                    try:
+                        exec(statement, self.locals)
+                    except SystemExit:
+                        raise
+                    except BaseException:
+                        self.showtraceback()
+                        return
+
+        Console(locals=sys.modules["__main__"].__dict__, filename="<stdin>").interact(banner="", exitmsg="")
+        raise SystemExit(0)
+
     _dsh_terminal_setup()
     del _dsh_terminal_setup
+    _dsh_terminal_console()

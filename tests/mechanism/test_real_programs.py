@@ -302,6 +302,38 @@ def test_a_tab_in_text_sent_to_the_python_session_is_a_tab(agent_tools):
     assert "in-block" in r.viewport, r.viewport
 
 
+def test_code_sent_to_the_python_session_runs_as_a_file_would(agent_tools):
+    """The plain REPL's grammar is not a file's: a blank line inside a block ended it (a class whose methods
+    are separated by blank lines broke apart: ``IndentationError``), and a statement right after a block was
+    a ``SyntaxError``.  A block sent whole runs whole; typed lines keep the REPL's rules."""
+    tools, agent = agent_tools
+    sid = tools.call("terminal_open", {"type": "python"}, agent=agent).session_id
+
+    def send(text: str, **extra):
+        r = tools.call("terminal_send", {"sessionId": sid, "text": text, **extra}, agent=agent)
+        assert r.wait_reason == "stdin_read", r
+        return r
+
+    r = send("class A:\n    def m(self):\n        return 5\n\n    def n(self):\n        return 6\n\n"
+             "print('methods', A().m() + A().n())")
+    assert "methods 11" in r.viewport and "Error" not in r.viewport, r.viewport
+    r = send("for i in range(2):\n    print('in', i)\nprint('after')\n'value shown'")
+    assert "in 1\nafter\n'value shown'\n>>> " in r.viewport, r.viewport
+    r = send("def g():\n    return 1 / 0\n\ng()\nprint('not reached')")  # a cell stops at its error
+    assert "ZeroDivisionError" in r.viewport and "line 2, in g" in r.viewport, r.viewport
+    assert "\nnot reached" not in r.viewport, r.viewport
+    r = send("s = '''a\n\n    b'''\nprint(repr(s))")  # a blank line inside a string is data
+    assert "'a\\n\\n    b'" in r.viewport, r.viewport
+    r = send("if True:\n    v = input()\n    print('got', v)")  # input() in user code: text typed, not pasted
+    r = send("\tdata")
+    assert "got \tdata" in r.viewport, r.viewport
+    for line in ("for i in range(2):", "    print('typed', i)"):  # typed line by line: the REPL's rules
+        assert send(line).viewport.endswith("... "), line
+    assert "typed 1\n>>> " in send("").viewport
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "import sys; sys.exit(3)"}, agent=agent)
+    assert r.wait_reason == "session_exit" and r.exit_code == 3, r
+
+
 def test_indented_code_reaches_an_auto_indenting_repl_as_written(term):
     """IPython indents the line after ``def f(x):`` itself: typed, the sent indent came on top of its own
     ('IndentationError: unexpected indent', and a dedented line after a loop landed inside it).  A program
