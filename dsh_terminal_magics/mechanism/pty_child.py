@@ -27,6 +27,13 @@ from .process_tree import ProcessId, make_leader_preexec, read_stat
 
 #: Most foreground processes watched for exit at once (pidfds).
 MAX_EXIT_WATCHES = 16
+#: Reads a drain may make (a PTY read returns at most a few KiB: what a program that is done writing can
+#: have left is read in a few).
+MAX_READS = 32
+#: Loop time the output of one readable event may take (seconds): the next batch is sized from what the last
+#: one cost, so a program printing what is slow to process (cursor games, a flood of empty lines) cannot hold
+#: the loop - every other session's sends wait behind each batch.
+TURN_BUDGET = 0.004
 
 
 def spawn(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
@@ -132,6 +139,8 @@ class PtyChild:
         self.exited = False
         self.exits_seen = 0
         self._exit_watch: dict[int, int] = {}
+        #: Bytes the next readable event reads at most (see :data:`TURN_BUDGET`).
+        self._batch_bytes = 1 << 20
         os.set_blocking(proc.fd, False)
         try:
             self.tty_path = os.readlink(f"/proc/{proc.pid}/fd/0")  # the child's end: /dev/pts/N
@@ -154,13 +163,15 @@ class PtyChild:
 
     # -- output ---------------------------------------------------------------------
     def _on_readable(self) -> None:
-        if self._read_available():
+        if self._read_available(self._batch_bytes):
             self._after_read()
 
-    def _read_available(self) -> bool:
-        """Read what is waiting (up to 32 reads) and pass it on; whether there was any."""
+    def _read_available(self, limit: int = 1 << 30) -> bool:
+        """Read what is waiting (up to :data:`MAX_READS` reads, ``limit`` bytes) and pass it on; whether there
+        was any.  The time passing it on took sizes the next batch of :meth:`_on_readable`."""
         chunks = []
-        for _ in range(32):
+        size = 0
+        while len(chunks) < MAX_READS and size < limit:
             try:
                 data = os.read(self.master_fd, 65536)
             except BlockingIOError:
@@ -172,9 +183,15 @@ class PtyChild:
                 _remove_reader(self.loop, self.master_fd)
                 break
             chunks.append(data)
-        if chunks:
-            self._on_output(b"".join(chunks))
-        return bool(chunks)
+            size += len(data)
+        if not chunks:
+            return False
+        started = time.perf_counter()
+        self._on_output(b"".join(chunks))
+        spent = time.perf_counter() - started
+        if size >= 4096:  # (a small read's cost is mostly fixed: it says little about the next batch)
+            self._batch_bytes = max(4096, int(size * TURN_BUDGET / max(spent, 1e-6)))
+        return True
 
     def drain(self) -> None:
         """Read whatever output is waiting now."""

@@ -3,6 +3,7 @@ results."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,8 @@ import pytest
 from dsh_terminal_magics import Agent, TerminalError, TerminalTools
 from dsh_terminal_magics import jobs as jobs_module
 from dsh_terminal_magics.errors import SessionLimitError
+from dsh_terminal_magics.mechanism import SendRequest
+from dsh_terminal_magics.mechanism.session import Session
 from dsh_terminal_magics.tools.recordings import CastPlayer
 from tests.conftest import wait_for
 
@@ -180,3 +183,28 @@ def test_finished_jobs_do_not_keep_closed_sessions_in_memory():
         assert "done" in tools.call("job_output", {"jobId": jobs[0]}, agent=agent).output
     finally:
         tools.shutdown()
+
+
+def test_output_that_is_slow_to_process_is_read_in_small_batches(manager, agent, monkeypatch):
+    """The loop read up to 32 PTY reads (the whole buffer) per readable event and processed them in one go:
+    a program printing what is slow to process (cursor games, a flood of empty lines) held the loop for a
+    quarter of a second at a time, and every other session's sends waited behind it.  A batch is now sized
+    from what the last one cost.  The cost here is made real (half a millisecond per KiB, slept), so the
+    flood fills the PTY while each batch is processed."""
+    batches: list[int] = []
+    real_ingest = Session._ingest
+
+    def slow_ingest(self: Session, data: bytes) -> None:
+        batches.append(len(data))
+        time.sleep(len(data) / 1024 * 0.0005)
+        real_ingest(self, data)
+
+    monkeypatch.setattr(Session, "_ingest", slow_ingest)
+    info = manager.sync.open(agent, "shell")
+    r = manager.sync.send(agent, info.session_id,
+                          SendRequest("head -c 300000 /dev/zero | tr '\\0' x; echo; echo flood-$((6*7))", timeout=60))
+    assert r.wait_reason == "stdin_read" and "flood-42" in r.viewport
+    # the budget (4 ms) buys 8 KiB at this cost (a batch is that, or one read more; a read that follows a cheap
+    # batch, or a check's drain, may take more); the whole buffer was 13-28 KiB
+    assert sum(batches) >= 300_000 and len(batches) > 25, batches
+    assert statistics.median(batches[3:]) <= 8192 + 4096, batches
