@@ -169,7 +169,7 @@ class PtyChild:
     def _read_available(self, limit: int = 1 << 30) -> bool:
         """Read what is waiting (up to :data:`MAX_READS` reads, ``limit`` bytes) and pass it on; whether there
         was any.  The time passing it on took sizes the next batch of :meth:`_on_readable`."""
-        chunks = []
+        chunks: list[bytes] = []
         size = 0
         while len(chunks) < MAX_READS and size < limit:
             try:
