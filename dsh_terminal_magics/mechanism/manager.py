@@ -110,6 +110,9 @@ class SessionManager:
             raise InvalidArgumentError(
                 f"cwd {cwd!r} is not an existing directory: pass an existing directory, "
                 f"or omit cwd to start in the workspace root {root}")
+        if sandbox.mode != "off" and not os.path.isdir(root):
+            raise TerminalError(f"the workspace root {root!r} (the one directory a sandboxed session may write) is "
+                                "not an existing directory: create it, or give the tools an existing workspace root")
         self._check_caps(owner)
         if name is not None and any(s.owner is owner and s.name == name and s.status != "closed"
                                     for s in self._sessions.values()):
@@ -121,7 +124,7 @@ class SessionManager:
         token = f"{_PROCESS_TOKEN}.{secrets.token_hex(8)}"  # unrelated to the session id
         env = session_environment(environment, os.environ, {**BASE_ENV, **spec.env}, {SESSION_TOKEN_ENV: token})
         options = options or self.options
-        argv, pass_fds = sandbox.wrap(spec.argv, where)
+        argv, pass_fds = sandbox.wrap(spec.argv, where, root)
         # The fork and exec start now, in a spawner thread; the session's own state is built meanwhile.
         spawning = spawn_off_loop(self.loop_thread.loop, argv, where, env, options.rows, options.cols, tuple(pass_fds))
         try:

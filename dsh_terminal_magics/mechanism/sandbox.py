@@ -3,8 +3,9 @@
 Modes (config ``sandbox``):
 
 * ``off`` - no sandbox (the default);
-* ``workspace-write`` - the whole file system read-only except the session's
-  ``cwd`` and a private ``/tmp``;
+* ``workspace-write`` - the whole file system read-only except the workspace
+  (the manager's ``workspace_root``, set by whoever configures the tools - not
+  the ``cwd`` a model asks for) and a private ``/tmp``;
 * ``read-only`` - no writes at all except the private ``/tmp``.
 
 In both modes the session gets its own pid namespace (its processes cannot
@@ -70,8 +71,10 @@ class Sandbox:
             return "containment: pid namespace (bubblewrap) - everything the session starts ends with it"
         return "containment: process tracking (subreaper, start times, token)"
 
-    def wrap(self, argv: list[str], cwd: str) -> tuple[list[str], list[int]]:
-        """``(argv, fds to pass)``: the command under bwrap, and the seccomp filter's descriptor."""
+    def wrap(self, argv: list[str], cwd: str, workspace: str) -> tuple[list[str], list[int]]:
+        """``(argv, fds to pass)``: the command under bwrap, started in ``cwd``, and the seccomp filter's
+        descriptor.  ``workspace`` is the one directory ``workspace-write`` may write: a session opened in
+        another ``cwd`` starts there read-only (a model choosing ``cwd: "~"`` got the user's home writable)."""
         if not self.wrapped:
             return argv, []
         what = f"sandbox {self.mode!r}" if self.mode != "off" else "containment 'namespace'"
@@ -92,17 +95,25 @@ class Sandbox:
                 "--seccomp", str(filter_fd)]
         if not self.network:
             args.append("--unshare-net")
-        for path in _hidden_by_private_tmp(argv):  # the program itself (a venv, this package) stays visible
+        workspace, cwd = os.path.realpath(workspace), os.path.realpath(cwd)
+        # What the private /tmp would hide: the program itself (a venv, this package), a cwd outside the
+        # workspace (read-only, before the workspace: an ancestor of it must not cover its bind).
+        for path in _hidden_by_private_tmp(argv, [] if _within(cwd, workspace) else [cwd]):
             args += ["--ro-bind", path, path]
-        args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", cwd, cwd]  # also when under /tmp
+        args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", workspace, workspace]
         args += ["--chdir", cwd, "--"]
         return args + argv, [filter_fd]
 
 
-def _hidden_by_private_tmp(argv: list[str]) -> list[str]:
+def _within(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
+
+
+def _hidden_by_private_tmp(argv: list[str], directories: list[str]) -> list[str]:
     """Directories the command needs that lie under ``/tmp`` (which the sandbox replaces): the directories
-    of absolute paths in ``argv`` (an rc file, an interpreter) and this interpreter's prefixes."""
-    candidates = {os.path.dirname(a) for a in argv if os.path.isabs(a) and os.path.exists(a)}
+    of absolute paths in ``argv`` (an rc file, an interpreter), this interpreter's prefixes and
+    ``directories``."""
+    candidates = {os.path.dirname(a) for a in argv if os.path.isabs(a) and os.path.exists(a)} | set(directories)
     candidates |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
     tmp = os.path.realpath("/tmp")
     found = sorted({os.path.realpath(c) for c in candidates

@@ -19,12 +19,12 @@ pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ
 
 @pytest.fixture
 def sandboxed(tmp_path):
-    def make(mode: str = "workspace-write", **config):
-        tools = TerminalTools(config={"sandbox": mode, **config})
-        agent = Agent("sandboxed")
+    def make(mode: str = "workspace-write", cwd: str | None = None, **config):
         work = tmp_path / mode
         work.mkdir(exist_ok=True)
-        opened = tools.call("terminal_open", {"type": "shell", "cwd": str(work)}, agent=agent)
+        tools = TerminalTools(config={"sandbox": mode, **config}, workspace_root=str(work))
+        agent = Agent("sandboxed")
+        opened = tools.call("terminal_open", {"type": "shell", **({"cwd": cwd} if cwd else {})}, agent=agent)
         made.append(tools)
 
         def send(text: str, **extra):
@@ -58,6 +58,30 @@ def test_workspace_write_confines_writes_network_and_injection(sandboxed, tmp_pa
     assert r.exit_code == 1 and "Operation not permitted" in r.viewport
     r = send("ps -e -o pid= | wc -l")  # its own pid namespace: only the session's processes
     assert int(r.viewport.splitlines()[1]) < 10
+
+
+@pytest.mark.parametrize("cwd", ["~", "..", "/"])
+def test_a_cwd_outside_the_workspace_does_not_make_it_writable(sandboxed, cwd):
+    """The writable directory was the ``cwd`` the model asked for: ``cwd: "~"`` made the user's home
+    writable (``~/.bashrc``, ``~/.ssh``), ``"/"`` everything.  It is the workspace root the tools were given;
+    a session may start elsewhere, read-only there."""
+    tools, agent, opened, work, send = sandboxed(cwd=cwd)
+    target = Path(os.path.abspath(os.path.join(work, os.path.expanduser(cwd))))
+    probe = target / f"dsh-sandbox-probe-{os.getpid()}"
+    r = send(f"pwd; echo x > {probe}; echo rc=$?")
+    assert r.viewport.splitlines()[1] == str(target), r.viewport
+    assert "rc=1" in r.viewport and not probe.exists(), r.viewport
+    assert send(f"echo in > {work}/inside.txt && cat {work}/inside.txt").exit_code == 0
+    assert (work / "inside.txt").read_text() == "in\n"
+
+
+def test_the_workspace_root_must_exist(tmp_path):
+    tools = TerminalTools(config={"sandbox": "workspace-write"}, workspace_root=str(tmp_path / "missing"))
+    try:
+        with pytest.raises(TerminalError, match="workspace root .* not an existing directory"):
+            tools.call("terminal_open", {"type": "shell", "cwd": str(tmp_path)}, agent=Agent("a"))
+    finally:
+        tools.shutdown()
 
 
 def test_a_sandboxed_session_cannot_reach_another_sessions_terminal(sandboxed):
