@@ -95,30 +95,59 @@ class Sandbox:
                 "--seccomp", str(filter_fd)]
         if not self.network:
             args.append("--unshare-net")
+        masked = _runtime_directories()
+        for path in masked:  # the host's daemons' sockets: empty there
+            args += ["--tmpfs", path]
+        if self.network:  # (DNS: resolv.conf may live in /run)
+            args += [arg for path in _resolver_directories() for arg in ("--ro-bind", path, path)]
         workspace, cwd = os.path.realpath(workspace), os.path.realpath(cwd)
-        # What the private /tmp would hide: the program itself (a venv, this package), a cwd outside the
-        # workspace (read-only, before the workspace: an ancestor of it must not cover its bind).
-        for path in _hidden_by_private_tmp(argv, [] if _within(cwd, workspace) else [cwd]):
+        # What the private /tmp and the masks would hide: the program itself (a venv, this package), a cwd
+        # outside the workspace (read-only, before the workspace: an ancestor of it must not cover its bind).
+        for path in _hidden(argv, [] if _within(cwd, workspace) else [cwd], ["/tmp", *masked]):
             args += ["--ro-bind", path, path]
         args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", workspace, workspace]
         args += ["--chdir", cwd, "--"]
         return args + argv, [filter_fd]
 
 
+def _runtime_directories() -> list[str]:
+    """Where the host's services listen on Unix sockets, which a read-only bind leaves open to ``connect``
+    (write permission on a socket is not a file system write): ``/run`` (the D-Bus session bus - where
+    ``systemd-run --user`` starts anything, outside the sandbox -, Docker's socket, the system bus) and the
+    user's runtime directory wherever ``XDG_RUNTIME_DIR`` puts it (ssh and gpg agents, Wayland).  Each gets
+    an empty ``tmpfs`` in the sandbox.  ``/tmp`` is private already; a socket elsewhere stays reachable."""
+    found: list[str] = []
+    for path in ("/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", "")):
+        if path and os.path.isabs(path) and os.path.isdir(path) and not os.path.islink(path):
+            real = os.path.realpath(path)
+            if not any(_within(real, other) for other in [*found, os.path.realpath("/tmp")]):
+                found.append(real)
+    return found
+
+
+def _resolver_directories() -> list[str]:
+    """The directory of ``/etc/resolv.conf``'s target when it lies in a masked runtime directory
+    (systemd-resolved's stub), so that a sandbox with network access still resolves names."""
+    target = os.path.realpath("/etc/resolv.conf")
+    masked = _runtime_directories()
+    return [os.path.dirname(target)] if os.path.exists(target) and any(_within(target, m) for m in masked) else []
+
+
 def _within(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
-def _hidden_by_private_tmp(argv: list[str], directories: list[str]) -> list[str]:
-    """Directories the command needs that lie under ``/tmp`` (which the sandbox replaces): the directories
-    of absolute paths in ``argv`` (an rc file, an interpreter), this interpreter's prefixes and
-    ``directories``."""
+def _hidden(argv: list[str], directories: list[str], masked: list[str]) -> list[str]:
+    """Directories the command needs that lie under a ``masked`` one (which the sandbox replaces: ``/tmp``,
+    the runtime directories): the directories of absolute paths in ``argv`` (an rc file, an interpreter),
+    this interpreter's prefixes and ``directories``."""
     candidates = {os.path.dirname(a) for a in argv if os.path.isabs(a) and os.path.exists(a)} | set(directories)
     candidates |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
-    tmp = os.path.realpath("/tmp")
+    roots = [os.path.realpath(m) for m in masked]
     found = sorted({os.path.realpath(c) for c in candidates
-                    if os.path.realpath(c).startswith(tmp + os.sep) and os.path.isdir(c)})
-    return [p for p in found if not any(p != q and p.startswith(q + os.sep) for q in found)]
+                    if os.path.isdir(c) and any(_within(os.path.realpath(c), r) and os.path.realpath(c) != r
+                                                for r in roots)})
+    return [p for p in found if not any(p != q and _within(p, q) for q in found)]
 
 
 def seccomp_filter_fd() -> int:

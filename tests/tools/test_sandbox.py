@@ -75,6 +75,41 @@ def test_a_cwd_outside_the_workspace_does_not_make_it_writable(sandboxed, cwd):
     assert (work / "inside.txt").read_text() == "in\n"
 
 
+def test_the_hosts_daemons_sockets_are_out_of_reach(sandboxed, monkeypatch):
+    """A read-only bind leaves a Unix socket open to ``connect``: a sandboxed session could reach the D-Bus
+    session bus in ``/run/user/UID`` (``systemd-run --user`` runs anything, outside the sandbox), Docker's
+    socket in ``/run``, the ssh and gpg agents in the runtime directory.  ``/run`` and ``XDG_RUNTIME_DIR``
+    are empty there."""
+    runtime = Path.home() / f".dsh-sandbox-runtime-{os.getpid()}"  # a runtime directory outside /run and /tmp
+    runtime.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    paths = [str(runtime / "agent.sock")] + ([f"/run/dsh-sandbox-{os.getpid()}.sock"] if os.access("/run", os.W_OK)
+                                               else [])
+    listeners = []
+    try:
+        for path in paths:
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(path)
+            listener.listen(1)
+            listeners.append(listener)
+        tools, agent, opened, work, send = sandboxed()
+        connect = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]); print('connected')"
+        for path in paths:
+            r = send(f"python3 -c \"{connect}\" {path}; echo rc=$?")
+            assert "rc=1" in r.viewport and "connected" not in r.viewport.replace("print('connected')", ""), r.viewport
+        outside = socket.socket(socket.AF_UNIX)  # (the same connect works outside the sandbox)
+        outside.connect(paths[0])
+        outside.close()
+        assert send("ls /run | wc -l").viewport.splitlines()[1] == "0"
+    finally:
+        for listener in listeners:
+            listener.close()
+        for path in paths:
+            if os.path.exists(path):
+                os.unlink(path)
+        runtime.rmdir()
+
+
 def test_the_workspace_root_must_exist(tmp_path):
     tools = TerminalTools(config={"sandbox": "workspace-write"}, workspace_root=str(tmp_path / "missing"))
     try:
