@@ -114,14 +114,30 @@ def _runtime_directories() -> list[str]:
     """Where the host's services listen on Unix sockets, which a read-only bind leaves open to ``connect``
     (write permission on a socket is not a file system write): ``/run`` (the D-Bus session bus - where
     ``systemd-run --user`` starts anything, outside the sandbox -, Docker's socket, the system bus) and the
-    user's runtime directory wherever ``XDG_RUNTIME_DIR`` puts it (ssh and gpg agents, Wayland).  Each gets
-    an empty ``tmpfs`` in the sandbox.  ``/tmp`` is private already; a socket elsewhere stays reachable."""
+    user's runtime directory wherever ``XDG_RUNTIME_DIR`` puts it (ssh and gpg agents, Wayland); and Jupyter's
+    (see :func:`_kernel_connection_directories`).  Each gets an empty ``tmpfs`` in the sandbox.  ``/tmp`` is private already; a socket elsewhere stays reachable."""
     found: list[str] = []
-    for path in ("/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", "")):
+    for path in ("/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", ""), *_kernel_connection_directories()):
         if path and os.path.isabs(path) and os.path.isdir(path) and not os.path.islink(path):
             real = os.path.realpath(path)
             if not any(_within(real, other) for other in [*found, os.path.realpath("/tmp")]):
                 found.append(real)
+    return found
+
+
+def _kernel_connection_directories() -> list[str]:
+    """Where Jupyter keeps kernels' connection files (their ports and signing keys): with the network on, a
+    sandboxed session that read this kernel's could run code in it, outside the sandbox."""
+    found = []
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+        found.append(jupyter_runtime_dir())
+    except Exception:  # (no jupyter_core, or a broken configuration: nothing to mask)
+        pass
+    kernel = sys.modules.get("ipykernel.kernelapp")
+    app = getattr(kernel, "IPKernelApp", None)
+    if app is not None and app.initialized():
+        found.append(os.path.dirname(os.path.abspath(app.instance().abs_connection_file)))
     return found
 
 

@@ -110,6 +110,23 @@ def test_the_hosts_daemons_sockets_are_out_of_reach(sandboxed, monkeypatch):
         runtime.rmdir()
 
 
+def test_kernel_connection_files_are_out_of_reach(sandboxed, monkeypatch):
+    """A kernel's connection file holds its ports and signing key: with the network on, a sandboxed session
+    that read it could run code in the kernel, outside the sandbox.  Jupyter's runtime directory is empty
+    there."""
+    runtime = Path.home() / f".dsh-sandbox-jupyter-{os.getpid()}"
+    runtime.mkdir()
+    (runtime / "kernel-probe.json").write_text('{"key": "secret-signing-key"}')
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
+    try:
+        tools, agent, opened, work, send = sandboxed(sandboxNetwork=True)
+        r = send(f"cat {runtime}/kernel-probe.json; echo rc=$?")
+        assert "rc=1" in r.viewport and "secret-signing-key" not in r.viewport, r.viewport
+    finally:
+        (runtime / "kernel-probe.json").unlink()
+        runtime.rmdir()
+
+
 def test_the_workspace_root_must_exist(tmp_path):
     tools = TerminalTools(config={"sandbox": "workspace-write"}, workspace_root=str(tmp_path / "missing"))
     try:
