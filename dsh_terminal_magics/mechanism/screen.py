@@ -40,15 +40,45 @@ class ScreenSnapshot:
 
 
 class _Screen(pyte.Screen):
-    """pyte's screen, tolerant of private SGR sequences (``ESC[>4;2m``, sent by vim) it does not know."""
+    """pyte's screen, tolerant of private SGR sequences (``ESC[>4;2m``, sent by vim) it does not know, and
+    with REP."""
 
     def select_graphic_rendition(self, *attrs: int, private: bool = False, **_: object) -> None:
         if not private:
             super().select_graphic_rendition(*attrs)
 
+    _last_drawn = ""
+
+    def draw(self, data: str) -> None:
+        super().draw(data)
+        if data:
+            self._last_drawn = data[-1]
+
+    def repeat_character(self, count: int = 1, *_: object, **__: object) -> None:
+        """REP (``CSI n b``): the last character drawn, ``n`` times more.  ncurses draws a run of one
+        character this way on xterm (a box's top edge: ``q``, then ``CSI 157 b``); pyte does not know REP,
+        so the run was missing.  Bounded by the screen's size (a hostile count draws no more than fits)."""
+        if self._last_drawn:
+            self.draw(self._last_drawn * min(max(count, 1), self.columns * self.lines))
+
     def write_process_input(self, data: str) -> None:
         """Replies to terminal queries come from :mod:`.terminal_replies`, never from pyte (which would
         answer a secondary DA request as a primary one)."""
+
+
+class _Stream(pyte.Stream):
+    """pyte's parser, with REP (see :meth:`_Screen.repeat_character`), and honouring character set designations (``ESC ( 0``: DEC line drawing) as xterm does in
+    UTF-8 too.  pyte ignores them in UTF-8 mode (as the Linux console does), so ncurses' boxes - ``dialog``,
+    ``mc`` in a C locale - came out as ``lqqqk`` and ``x``."""
+
+    csi = {**pyte.Stream.csi, "b": "repeat_character"}
+
+    def __init__(self, screen: pyte.Screen) -> None:
+        super().__init__(screen)
+        self.use_utf8 = False  # (the stream is text we decoded: here the flag only gates the designations)
+
+    def select_other_charset(self, code: str) -> None:
+        """``ESC % G`` would turn the designations off again: our text is always decoded UTF-8."""
 
 
 class ScreenModel:
@@ -56,7 +86,7 @@ class ScreenModel:
 
     def __init__(self, rows: int, cols: int, offset: int) -> None:
         self.screen = _Screen(cols, rows)
-        self.stream = pyte.Stream(self.screen)
+        self.stream = _Stream(self.screen)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.offset = offset
         self.resyncs = 0
@@ -71,7 +101,7 @@ class ScreenModel:
             self.stream.feed(text)
         except Exception:
             self.parser_errors += 1
-            self.stream = pyte.Stream(self.screen)
+            self.stream = _Stream(self.screen)
 
     def catch_up(self, ring: RawRing, budget: int | None = None, seconds: float | None = None,
                  until: int | None = None) -> bool:

@@ -38,6 +38,23 @@ def test_vim_edits_a_file_through_keys(manager, agent, shell, tmp_path):
     assert target.read_text() == "hello from keys\nsecond\n"
 
 
+@pytest.mark.parametrize("locale", ["C", "C.UTF-8"])
+def test_ncurses_line_drawing_shows_as_lines(manager, agent, shell, locale):
+    """ncurses draws boxes in DEC line drawing (``ESC ( 0``, then ``lqqk``) on xterm, in a UTF-8 locale too;
+    pyte ignores the designation in UTF-8 mode, so every box of ``dialog``, ``mc`` or a ``curses`` program
+    came out as ``lqqqk`` and ``x`` in the screen the model reads."""
+    program = ("import curses; curses.wrapper(lambda s: (s.box(), s.addstr(1, 2, 'boxed'), s.refresh(), "
+               "s.getch()))")
+    r = send(manager, agent, shell, f"LC_ALL={locale} python3 -c \"{program}\"")
+    assert r.wait_reason == "stdin_read" and r.screen is not None, r
+    rows = r.viewport.splitlines()
+    assert rows[0].startswith("┌───") and rows[0].endswith("┐"), rows[:2]
+    assert rows[1].startswith("│ boxed") and rows[1].endswith("│"), rows[:2]
+    assert "lqqq" not in r.viewport
+    r = send(manager, agent, shell, "x", submit=False)
+    assert r.screen is None and r.exit_code == 0
+
+
 def test_less_pages_and_leaves_a_clean_scrollback(manager, agent, shell, tmp_path):
     long = tmp_path / "long.txt"
     long.write_text("".join(f"row {i}\n" for i in range(1, 301)))
