@@ -8,13 +8,17 @@ resynchronises from the ring's tail instead of replaying everything.
 from __future__ import annotations
 
 import codecs
+import copy
 import time
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import pyte
 
 from .output import RawRing
 
+#: DEC private modes of the alternate screen.
+_ALTERNATE_SCREEN = (1049, 1047, 47)
 #: Fall further behind than this and the model restarts from the newest :data:`RESYNC_TAIL` bytes.
 RESYNC_BYTES = 256 * 1024
 RESYNC_TAIL = 32 * 1024
@@ -41,13 +45,42 @@ class ScreenSnapshot:
 
 class _Screen(pyte.Screen):
     """pyte's screen, tolerant of private SGR sequences (``ESC[>4;2m``, sent by vim) it does not know, and
-    with REP."""
+    with the sequences ncurses sends xterm that pyte lacks: REP, SU, SD, CHT, CBT."""
 
     def select_graphic_rendition(self, *attrs: int, private: bool = False, **_: object) -> None:
         if not private:
             super().select_graphic_rendition(*attrs)
 
     _last_drawn = ""
+    #: The main screen's lines and cursor while the alternate screen is shown (None on the main screen).
+    _main: "tuple[Any, Any] | None" = None
+
+    def set_mode(self, *modes: int, **kwargs: Any) -> None:
+        """The alternate screen (``?1049``, ``?1047``, ``?47``) is a screen of its own, blank when entered;
+        the main screen comes back as it was when it is left (pyte kept one screen: the next program found
+        the last one's frame under what it drew, and the shell's screen showed the editor's).  ``?3``
+        (132 columns) is ignored, as xterm does by default: it resized the model, not the terminal."""
+        if kwargs.get("private"):
+            modes = tuple(m for m in modes if m != 3)
+            if self._main is None and any(m in _ALTERNATE_SCREEN for m in modes):
+                self._main = (self.buffer, copy.copy(self.cursor))
+                self.buffer = copy.copy(self.buffer)  # (the same kind of dict, with its default line)
+                self.buffer.clear()
+                self.dirty.update(range(self.lines))
+        super().set_mode(*modes, **kwargs)
+
+    def reset_mode(self, *modes: int, **kwargs: Any) -> None:
+        if kwargs.get("private"):
+            modes = tuple(m for m in modes if m != 3)
+            if self._main is not None and any(m in _ALTERNATE_SCREEN for m in modes):
+                self.buffer, self.cursor = self._main
+                self._main = None
+                self.dirty.update(range(self.lines))
+        super().reset_mode(*modes, **kwargs)
+
+    def reset(self) -> None:
+        super().reset()
+        self._main = None
 
     def draw(self, data: str) -> None:
         super().draw(data)
@@ -61,17 +94,47 @@ class _Screen(pyte.Screen):
         if self._last_drawn:
             self.draw(self._last_drawn * min(max(count, 1), self.columns * self.lines))
 
+    def scroll_up(self, count: int = 1, *rest: int, **_: object) -> None:
+        """SU (``CSI n S``): the scrolling region's lines move up ``n``, blank lines in at its bottom; the
+        cursor stays.  ncurses scrolls a region this way on xterm (``indn``); pyte lacks SU and SD."""
+        self._scroll(count, rest, self.delete_lines)
+
+    def scroll_down(self, count: int = 1, *rest: int, **_: object) -> None:
+        """SD (``CSI n T``): the region's lines move down ``n``.  (With more parameters ``CSI T`` is
+        xterm's mouse highlight tracking: not a scroll.)"""
+        self._scroll(count, rest, self.insert_lines)
+
+    def _scroll(self, count: int, rest: tuple[int, ...], shift: Callable[[int], None]) -> None:
+        if rest:
+            return
+        top = self.margins.top if self.margins else 0
+        y, x = self.cursor.y, self.cursor.x
+        self.cursor.y = top
+        shift(min(max(count, 1), self.lines))
+        self.cursor.y, self.cursor.x = y, x
+
+    def forward_tab(self, count: int = 1, *_: object, **__: object) -> None:
+        """CHT (``CSI n I``): ``n`` tab stops forward."""
+        for _step in range(min(max(count, 1), self.columns)):
+            self.tab()
+
+    def back_tab(self, count: int = 1, *_: object, **__: object) -> None:
+        """CBT (``CSI n Z``): ``n`` tab stops back (the first column at most)."""
+        for _step in range(min(max(count, 1), self.columns)):
+            self.cursor.x = max((stop for stop in self.tabstops if stop < self.cursor.x), default=0)
+
     def write_process_input(self, data: str) -> None:
         """Replies to terminal queries come from :mod:`.terminal_replies`, never from pyte (which would
         answer a secondary DA request as a primary one)."""
 
 
 class _Stream(pyte.Stream):
-    """pyte's parser, with REP (see :meth:`_Screen.repeat_character`), and honouring character set designations (``ESC ( 0``: DEC line drawing) as xterm does in
+    """pyte's parser, with REP, SU, SD, CHT and CBT (see :class:`_Screen`), and honouring character set designations (``ESC ( 0``: DEC line drawing) as xterm does in
     UTF-8 too.  pyte ignores them in UTF-8 mode (as the Linux console does), so ncurses' boxes - ``dialog``,
     ``mc`` in a C locale - came out as ``lqqqk`` and ``x``."""
 
-    csi = {**pyte.Stream.csi, "b": "repeat_character"}
+    csi = {**pyte.Stream.csi, "b": "repeat_character", "S": "scroll_up", "T": "scroll_down", "I": "forward_tab",
+           "Z": "back_tab"}
 
     def __init__(self, screen: pyte.Screen) -> None:
         super().__init__(screen)

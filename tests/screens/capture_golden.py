@@ -47,3 +47,6 @@ if __name__ == "__main__":
              SendRequest("second line", False), SendRequest("", False, keys=("Esc",))])
     capture("colours_and_cursor", [quiet],
             [SendRequest(r"printf '\e[2J\e[H\e[1;31mred\e[0m plain\e[5;10Hat 5,10\e[3;1Hrow three\n'")])
+    capture("less_quit", [quiet], [SendRequest("echo before-less"), SendRequest(f"less {LONG}"),
+                                   SendRequest("", False, keys=("PageDown",)), SendRequest("q", False)])
+    capture("dialog_box", [quiet], [SendRequest("LC_ALL=C dialog --msgbox 'boxed in' 6 24")])

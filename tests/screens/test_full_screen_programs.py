@@ -55,6 +55,28 @@ def test_ncurses_line_drawing_shows_as_lines(manager, agent, shell, locale):
     assert r.screen is None and r.exit_code == 0
 
 
+def test_ncurses_scrolling_and_tabs_move_the_screen(manager, agent, shell):
+    """ncurses scrolls a window with SU (``CSI 3 S``) on xterm, which pyte lacked: the screen the model read
+    still showed the lines before the scroll.  (SD, CHT and CBT were missing too.)"""
+    program = ("import curses\n"
+               "def main(s):\n"
+               "    s.scrollok(True)\n"
+               "    for i in range(10):\n"
+               "        s.addstr(i, 0, f'line {i}')\n"
+               "    s.refresh()\n"
+               "    s.scroll(3)\n"
+               "    s.refresh()\n"
+               "    s.getch()\n"
+               "curses.wrapper(main)\n")
+    r = send(manager, agent, shell, f"python3 -c \"{program}\"")
+    assert r.wait_reason == "stdin_read" and r.screen is not None, r
+    assert r.viewport.splitlines() == [f"line {i}" for i in range(3, 10)], r.viewport
+    send(manager, agent, shell, "x", submit=False)
+    r = send(manager, agent, shell, "printf '\\e[?1049h\\e[Ha\\e[2Ib\\e[Zc\\e[2;1Hd\\e[1T'; read x; printf '\\e[?1049l'")
+    assert r.viewport.splitlines() == ["", "a               c", "d"], r.viewport
+    assert send(manager, agent, shell, "").screen is None
+
+
 def test_less_pages_and_leaves_a_clean_scrollback(manager, agent, shell, tmp_path):
     long = tmp_path / "long.txt"
     long.write_text("".join(f"row {i}\n" for i in range(1, 301)))

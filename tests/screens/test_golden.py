@@ -30,7 +30,7 @@ def test_any_chunking_gives_the_same_screen(name):
 
 
 def test_cases_exist():
-    assert {"less_pagedown", "vim_insert", "colours_and_cursor"} <= set(CASES)
+    assert {"less_pagedown", "vim_insert", "colours_and_cursor", "less_quit", "dialog_box"} <= set(CASES)
 
 
 def test_colours_and_cursor_details():
