@@ -142,8 +142,8 @@ AGENT = [
 `TerminalTools` exposes the six terminal tools plus `job_output` / `job_kill` with schemas a
 tool-calling API accepts, typed results, and capped text results for the model.
 """),
-    md("Agents' sessions run in the bubblewrap sandbox here (`workspace-write`: writes only in the session's "
-       "directory and a private `/tmp`, no network, no keystroke injection, their own pid namespace) and see a "
+    md("Agents' sessions run in the bubblewrap sandbox here (`workspace-write`: writes only in the workspace - "
+       "the notebook's directory - and a private `/tmp`, no network, no keystroke injection, their own pid namespace) and see a "
        "scrubbed environment (no `*KEY*`, `*TOKEN*`, `*SECRET*` … variables). Without `bwrap` installed, "
        "opening a sandboxed session fails with the reason, so this notebook checks first."),
     code("""import json
@@ -283,17 +283,18 @@ LangChain/LangGraph and the OpenAI Agents SDK. Everything below runs offline: sc
 """),
     code("%load_ext dsh_terminal_magics"),
     md("## An MCP server in the kernel\nIt runs on the package's own loop, so cells stay free while clients "
-       "call it. The start message has ready-to-paste client configs."),
+       "call it. The start message has ready-to-paste client configs, with the bearer token it made: every "
+       "user of this machine can reach its loopback port, and a client gets a shell as you."),
     code("server = %term_mcp start"),
     md("""
-Connect with the MCP SDK's own client, as an outside agent would. Each client is its own `Agent`
+Connect with the MCP SDK's own client, as an outside agent would (`server.client()` is `mcp.Client` with
+the token). Each client is its own `Agent`
 (`server.agents`), so `%term_view --agent` shows its terminal live; the client answers a `read -p`
 question it sees waiting. When the client leaves, its terminals are closed.
 """),
     code("""from IPython.display import display
-from mcp import Client
 
-async with Client(server.url) as client:
+async with server.client() as client:
     opened = await client.call_tool("terminal_open", {"type": "shell", "name": "outside"})
     sid = opened.structured_content["sessionId"]
     outside = server.agents[0]

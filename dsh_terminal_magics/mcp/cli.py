@@ -22,14 +22,21 @@ FLAG_KEYS = {"sandbox": "sandbox", "sandbox_network": "sandboxNetwork", "contain
              "max_sessions_per_agent": "maxSessionsPerAgent"}
 
 
+def token_option(value: str | None) -> str | bool:
+    """``--token``: ``auto`` (or nothing) makes one, ``none`` serves without, anything else is the token."""
+    if value is None or value == "auto":
+        return True
+    return False if value == "none" else value
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="dsh-terminal-mcp", description="Serve the terminal tools over MCP "
                                 "(stdio by default).")
     p.add_argument("--http", action="store_true", help="Serve streamable HTTP at http://HOST:PORT/mcp.")
-    p.add_argument("--host", default="127.0.0.1", help="Address to bind with --http (default 127.0.0.1; "
-                   "anything else needs --token).")
+    p.add_argument("--host", default="127.0.0.1", help="Address to bind with --http (default 127.0.0.1).")
     p.add_argument("--port", type=int, default=0, help="Port with --http (default 0: a free one).")
-    p.add_argument("--token", default=None, help="Bearer token clients must send ('auto' makes one).")
+    p.add_argument("--token", default="auto", help="Bearer token clients must send (default 'auto': one is made "
+                   "and printed; 'none' serves without one, on loopback only - any user of the machine can reach it).")
     p.add_argument("--allow-host", action="append", default=[], metavar="HOST",
                    help="Another Host header value to accept (DNS-rebinding protection); repeatable.")
     p.add_argument("--config", metavar="FILE.json", help="TerminalTools config as a JSON object.")
@@ -82,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 def _serve_http(tools: TerminalTools, args: argparse.Namespace) -> int:
     from .http import HttpServer
 
-    token: str | bool | None = True if args.token == "auto" else args.token
+    token = token_option(args.token)
     try:
         server = HttpServer(tools, host=args.host, port=args.port, token=token, allowed_hosts=args.allow_host)
         url = server.start()

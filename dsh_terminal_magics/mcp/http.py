@@ -16,12 +16,13 @@ one :class:`Agent` across its calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, AsyncIterator
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.transport_security import TransportSecuritySettings
@@ -57,22 +58,28 @@ class Client:
 class HttpServer:
     """The MCP server over streamable HTTP at ``http://HOST:PORT/mcp``.
 
-    ``host`` defaults to loopback; any other address needs a ``token``
-    (clients send ``Authorization: Bearer TOKEN``; pass ``token=True`` to have
-    one made).  DNS-rebinding protection is on.  :meth:`start` returns the URL
-    once it is listening; :meth:`stop` closes every client's sessions.
+    Clients send ``Authorization: Bearer TOKEN``: by default (``token=None`` or
+    ``True``) one is made, on loopback too - every user of the machine can
+    reach its loopback ports, and a client is a shell as the kernel's user;
+    ``token="..."`` sets it; ``token=False`` serves without one, on loopback
+    only.  DNS-rebinding protection is on.  :meth:`start` returns the URL once
+    it is listening; :meth:`client` connects the SDK's client with the token;
+    :meth:`stop` closes every client's sessions.
     """
 
     def __init__(self, tools: TerminalTools, *, host: str = "127.0.0.1", port: int = 0,
                  token: str | bool | None = None, allowed_hosts: list[str] | None = None) -> None:
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise ConfigError(f"port must be an integer from 0 to 65535 (0 picks a free one), got {port!r}")
-        if host not in LOOPBACK and not token:
-            raise ConfigError(f"binding MCP to {host!r} (not loopback) needs a token: pass --token TOKEN, or "
-                              "--token auto to have one made; clients then send 'Authorization: Bearer TOKEN'")
+        if token is False and host not in LOOPBACK:
+            raise ConfigError(f"binding MCP to {host!r} (not loopback) needs a token: leave the token on (one is "
+                              "made), or pass --token TOKEN; clients then send 'Authorization: Bearer TOKEN'")
+        if isinstance(token, str) and not token.strip():
+            raise ConfigError("the token is empty: pass a non-empty token, or leave it out to have one made")
         self.tools = tools
         self.host, self.port = host, port
-        self.token = secrets.token_urlsafe(24) if token is True else (token or None)
+        self.token: str | None = token if isinstance(token, str) else (
+            None if token is False else secrets.token_urlsafe(24))
         self.allowed_hosts = list(allowed_hosts or [])
         #: The connected clients, by MCP session id.
         self.clients: dict[str, Client] = {}
@@ -94,6 +101,24 @@ class HttpServer:
     def client_configs(self) -> str:
         """Ready-to-paste client configuration for Claude Code, Codex and VS Code."""
         return client_configs(self.url, self.token)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What a client sends: the bearer token (nothing when serving without one)."""
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    @contextlib.asynccontextmanager
+    async def client(self, **options: Any) -> AsyncIterator[Any]:
+        """``async with server.client() as c:`` - the MCP SDK's ``Client`` connected to this server with its
+        token (``options`` go to ``Client``)."""
+        import httpx2
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        timeout = httpx2.Timeout(30.0, read=300.0)  # (the SDK's own client's: its event stream stays open)
+        async with httpx2.AsyncClient(headers=self.headers, timeout=timeout) as http:
+            async with Client(streamable_http_client(self.url, http_client=http), **options) as connected:
+                yield connected
 
     # -- lifecycle -------------------------------------------------------------------------
     @property

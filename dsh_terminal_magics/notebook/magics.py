@@ -624,8 +624,9 @@ class TerminalMagics(Magics):
     @argument("action", nargs="?", default="status", choices=["start", "stop", "status"],
               help="start serving, stop, or show the connected clients (default).")
     @argument("--port", type=int, default=0, help="Port to listen on (default 0: a free one).")
-    @argument("--host", default="127.0.0.1", help="Address to bind (anything but loopback needs --token).")
-    @argument("--token", default=None, help="Bearer token clients must send ('auto' makes one).")
+    @argument("--host", default="127.0.0.1", help="Address to bind (default loopback).")
+    @argument("--token", default="auto", help="Bearer token clients must send (default 'auto': one is made; "
+              "'none' serves without one, on loopback only - any user of the machine can reach it).")
     @line_magic
     @_usage_errors
     def term_mcp(self, line: str) -> Any:
@@ -664,8 +665,9 @@ class TerminalMagics(Magics):
             from ..mcp import HttpServer
         except ImportError as exc:
             raise UsageError(str(exc)) from None
-        token: Any = True if args.token == "auto" else args.token
-        server = HttpServer(self.tools, host=args.host, port=args.port, token=token)
+        from ..mcp.cli import token_option
+
+        server = HttpServer(self.tools, host=args.host, port=args.port, token=token_option(args.token))
         server.start()
         self.mcp_server = server
         print(f"MCP server (streamable HTTP) at {server.url}")

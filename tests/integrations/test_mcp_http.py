@@ -34,7 +34,7 @@ def server(tools):
 
 def test_lists_our_tools_with_our_schemas_and_instructions(server, tools):
     async def body():
-        async with Client(server.url) as client:
+        async with server.client() as client:
             listed = (await client.list_tools()).tools
             return client.protocol_version, client.instructions, listed
 
@@ -51,7 +51,7 @@ def test_lists_our_tools_with_our_schemas_and_instructions(server, tools):
 
 def test_open_answer_a_question_and_close(server, tools):
     async def body():
-        async with Client(server.url) as client:
+        async with server.client() as client:
             opened = await client.call_tool("terminal_open", {"type": "shell"})
             sid = opened.structured_content["sessionId"]
             asked = await client.call_tool("terminal_send", {"sessionId": sid, "text": "read -p 'name? ' n"})
@@ -77,7 +77,7 @@ def test_open_answer_a_question_and_close(server, tools):
 
 def test_a_read_p_question_then_the_next_command(server):
     async def body():
-        async with Client(server.url) as client:
+        async with server.client() as client:
             sid = (await client.call_tool("terminal_open", {"type": "shell"})).structured_content["sessionId"]
             asked = await client.call_tool("terminal_send",
                                            {"sessionId": sid, "text": "read -p 'name? ' n; echo hi-$n"})
@@ -95,7 +95,7 @@ def test_a_read_p_question_then_the_next_command(server):
 
 def test_errors_are_results_and_the_server_keeps_serving(server, tools):
     async def body():
-        async with Client(server.url) as client:
+        async with server.client() as client:
             unknown_id = await client.call_tool("terminal_send", {"sessionId": "t-0000000000000000", "text": "x"})
             bad_args = await client.call_tool("terminal_send", {"sessionId": 7})
             unknown_tool = await client.call_tool("no_such_tool", {})
@@ -117,7 +117,7 @@ def test_errors_are_results_and_the_server_keeps_serving(server, tools):
 
 def test_two_clients_are_isolated(server):
     async def body():
-        async with Client(server.url) as a, Client(server.url) as b:
+        async with server.client() as a, server.client() as b:
             sid = (await a.call_tool("terminal_open", {"type": "shell"})).structured_content["sessionId"]
             seen_by_b = await b.call_tool("terminal_list", {})
             b_sends = await b.call_tool("terminal_send", {"sessionId": sid, "text": "echo stolen"})
@@ -137,7 +137,7 @@ def test_two_clients_are_isolated(server):
 
 def test_a_client_that_leaves_has_its_shells_closed_within_5s(server):
     async def body():
-        async with Client(server.url) as client:
+        async with server.client() as client:
             opened = await client.call_tool("terminal_open", {"type": "shell"})
             job = await client.call_tool("terminal_send", {"sessionId": opened.structured_content["sessionId"],
                                                            "text": "sleep 100", "run_in_background": True})
@@ -153,9 +153,11 @@ def test_a_client_that_leaves_has_its_shells_closed_within_5s(server):
 
 def test_a_client_killed_without_goodbye_has_its_shells_closed_within_5s(server):
     """A client process killed outright never sends DELETE; its event stream drops and the server notices."""
-    script = ("import asyncio, sys\nfrom mcp import Client\n"
+    script = ("import asyncio, sys, httpx2\nfrom mcp import Client\n"
+              "from mcp.client.streamable_http import streamable_http_client\n"
               "async def main():\n"
-              f"    async with Client({server.url!r}) as c:\n"
+              f"    async with httpx2.AsyncClient(headers={server.headers!r}) as http, "
+              f"Client(streamable_http_client({server.url!r}, http_client=http)) as c:\n"
               "        r = await c.call_tool('terminal_open', {'type': 'shell'})\n"
               "        print(r.structured_content['pid'], flush=True)\n"
               "        await asyncio.sleep(600)\n"
@@ -177,7 +179,7 @@ def test_a_client_killed_without_goodbye_has_its_shells_closed_within_5s(server)
 
 def test_cancelling_a_send_interrupts_the_program(server):
     async def body():
-        async with Client(server.url) as client:
+        async with server.client() as client:
             return await cancel_a_sleep_then_send(client)
 
     after = run(body)
@@ -191,7 +193,7 @@ def test_long_sends_report_progress(server):
         seen.append((value, message))
 
     async def body():
-        async with Client(server.url) as client:
+        async with server.client() as client:
             sid = (await client.call_tool("terminal_open", {"type": "shell"})).structured_content["sessionId"]
             r = await client.call_tool("terminal_send", {"sessionId": sid, "text": "sleep 2.5; echo done"},
                                        progress_callback=progress)
@@ -205,9 +207,15 @@ def test_long_sends_report_progress(server):
 
 
 def test_token_and_dns_rebinding(tools):
+    """A token is made by default, on loopback too: every user of the machine can reach a loopback port, and
+    a client is a shell as the kernel's user.  Serving without one is an explicit choice, and loopback only."""
     with pytest.raises(ConfigError, match="needs a token"):
-        HttpServer(tools, host="0.0.0.0")
-    server = HttpServer(tools, token=True)
+        HttpServer(tools, host="0.0.0.0", token=False)
+    with pytest.raises(ConfigError, match="the token is empty"):
+        HttpServer(tools, token=" ")
+    server = HttpServer(tools)
+    assert server.token and len(server.token) >= 32 and server.headers == {"Authorization": f"Bearer {server.token}"}
+    assert f'--header "Authorization: Bearer {server.token}"' in server.client_configs()
     server.start()
     try:
         refused = httpx2.post(server.url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
@@ -229,9 +237,24 @@ def test_token_and_dns_rebinding(tools):
         server.stop()
 
 
+def test_serving_without_a_token_is_an_explicit_choice_on_loopback(tools):
+    server = HttpServer(tools, token=False)
+    server.start()
+    try:
+        assert server.token is None and server.headers == {} and "Bearer" not in server.client_configs()
+
+        async def body():
+            async with Client(server.url) as client:
+                return await client.call_tool("terminal_list", {})
+
+        assert run(body).structured_content == {"sessions": []}
+    finally:
+        server.stop()
+
+
 def test_the_sessionless_revision_is_refused_with_the_revisions_served(server):
     reply = httpx2.post(server.url, json={"jsonrpc": "2.0", "id": 9, "method": "server/discover", "params": {}},
-                        headers={"MCP-Protocol-Version": "2026-07-28",
+                        headers={"MCP-Protocol-Version": "2026-07-28", **server.headers,
                                  "Accept": "application/json, text/event-stream"})
     assert reply.status_code == 400
     error = reply.json()
@@ -245,10 +268,16 @@ def test_the_command_line_prints_the_url_first(tmp_path):
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:") and url.endswith("/mcp")
+        header, _, token = proc.stdout.readline().strip().partition(": ")
+        assert header == "Authorization" and token.startswith("Bearer ")
+        refused = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                              headers={"Accept": "application/json, text/event-stream"})
+        assert refused.status_code == 401
 
         async def body():
-            async with Client(url) as client:
-                return await client.call_tool("terminal_list", {})
+            async with httpx2.AsyncClient(headers={"Authorization": token}) as http:
+                async with Client(streamable_http_client(url, http_client=http)) as client:
+                    return await client.call_tool("terminal_list", {})
 
         assert run(body).structured_content == {"sessions": []}
     finally:
@@ -256,15 +285,15 @@ def test_the_command_line_prints_the_url_first(tmp_path):
         assert proc.wait(timeout=20) == 0
         proc.stdout.close()
         proc.stderr.close()
-    bad = subprocess.run([sys.executable, "-m", "dsh_terminal_magics.mcp", "--http", "--host", "0.0.0.0"],
-                         capture_output=True, text=True, timeout=60)
+    bad = subprocess.run([sys.executable, "-m", "dsh_terminal_magics.mcp", "--http", "--host", "0.0.0.0",
+                          "--token", "none"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "needs a token" in bad.stderr and bad.stdout == ""
 
 
 def test_a_quiet_client_keeps_its_terminals(server):
     """Only a client that is gone loses its sessions: one that just says nothing for a while keeps them."""
     async def body():
-        async with Client(server.url) as client:
+        async with server.client() as client:
             opened = await client.call_tool("terminal_open", {"type": "shell"})
             sid = opened.structured_content["sessionId"]
             await client.call_tool("terminal_send", {"sessionId": sid, "text": "export KEPT=yes"})
@@ -285,7 +314,7 @@ def test_cancelling_interrupts_the_program_with_policies_in_place(tools):
     server.start()
     try:
         async def body():
-            async with Client(server.url) as client:
+            async with server.client() as client:
                 return await cancel_a_sleep_then_send(client)
 
         after = run(body)

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import re
 
+import httpx2
 import pytest
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import wait_for
 from tests.integrations.conftest import alive, run
@@ -24,10 +26,13 @@ def test_an_outside_client_drives_a_terminal_the_notebook_watches(kernel):
     status, out = kernel.run("%load_ext dsh_terminal_magics\nserver = %term_mcp start")
     assert status == "ok", out
     url = re.search(r"MCP server \(streamable HTTP\) at (http://127\.0\.0\.1:\d+/mcp)", out).group(1)
-    assert "claude mcp add --transport http dsh-terminal " + url in out and "[mcp_servers.dsh-terminal]" in out
+    token = re.search(r"clients send: Authorization: Bearer (\S+)", out).group(1)
+    assert f"claude mcp add --transport http dsh-terminal {url} --header \"Authorization: Bearer {token}\"" in out
+    assert "[mcp_servers.dsh-terminal]" in out
 
     async def drive():  # the kernel is idle meanwhile: the server runs on the package loop, not in a cell
-        async with Client(url, client_info=None) as client:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http, \
+                Client(streamable_http_client(url, http_client=http), client_info=None) as client:
             opened = await client.call_tool("terminal_open", {"type": "shell", "name": "outside"})
             sid = opened.structured_content["sessionId"]
             sent = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo from-outside-$((6*7))"})
