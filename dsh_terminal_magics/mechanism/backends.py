@@ -65,7 +65,10 @@ class ShellBackend:
             sh = _which("sh", os.environ.get("PATH")) or "/bin/sh"
             return LaunchSpec([sh, "-i"], {"PS1": "$ ", "PS2": "> "}, "sh shell (no exit codes)")
         rc = _shell_rc()
-        return LaunchSpec([bash, "--noprofile", "--rcfile", rc, "-i"], {},
+        # A python3 started in the shell gets the python session's REPL (blocks run whole: see python_rc.py),
+        # unless the kernel's environment names a start-up file of its own.
+        env = {} if os.environ.get("PYTHONSTARTUP") else {"PYTHONSTARTUP": _package_file("python_rc.py")}
+        return LaunchSpec([bash, "--noprofile", "--rcfile", rc, "-i"], env,
                           f"bash {_bash_version(bash)} shell; prompt '$ '; exit codes reported")
 
 

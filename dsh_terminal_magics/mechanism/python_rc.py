@@ -1,4 +1,5 @@
-"""The python session's start-up file (``PYTHONSTARTUP``), the REPL's counterpart of ``shell_rc.bash``.
+"""The python session's start-up file (``PYTHONSTARTUP``), the REPL's counterpart of ``shell_rc.bash``; the
+shell session points ``PYTHONSTARTUP`` here too, for the ``python3`` an agent starts in it.
 
 * The REPL takes the terminal in a process group of its own, as a shell's job control would: under the
   sandbox's pid namespace it shares its group with ``bwrap``, and a Ctrl-C (or an interrupt) killed
@@ -116,6 +117,15 @@ if __name__ == "__main__":
         Console(locals=sys.modules["__main__"].__dict__, filename="<stdin>").interact(banner="", exitmsg="")
         raise SystemExit(0)
 
+    def _dsh_terminal_plain_repl() -> bool:
+        """Whether this start-up file runs for CPython's basic REPL (no script, no ``-m``; not IPython or
+        another shell that reads ``PYTHONSTARTUP``, and not 3.13's new REPL, which pastes well itself)."""
+        import os
+        import sys
+        return sys.argv[:1] == [""] and "IPython" not in sys.modules \
+            and (sys.version_info < (3, 13) or bool(os.environ.get("PYTHON_BASIC_REPL")))
+
     _dsh_terminal_setup()
     del _dsh_terminal_setup
-    _dsh_terminal_console()
+    if _dsh_terminal_plain_repl():
+        _dsh_terminal_console()

@@ -334,6 +334,19 @@ def test_code_sent_to_the_python_session_runs_as_a_file_would(agent_tools):
     assert r.wait_reason == "session_exit" and r.exit_code == 3, r
 
 
+def test_a_python_started_in_the_shell_runs_blocks_whole(term):
+    """An agent as often types ``python3`` in its shell as it opens a python session: the shell points
+    ``PYTHONSTARTUP`` at the same start-up file, so that REPL runs blocks whole too."""
+    import sys
+    r, _ = term(f"{sys.executable} -q")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith(">>> "), r.viewport
+    r, _ = term("def f():\n    x = 20\n\n    return x + 1\n\nprint('called', f() * 2)")
+    assert "called 42" in r.viewport and "Error" not in r.viewport, r.viewport
+    r, _ = term("exit()")
+    assert r.viewport.endswith("$ "), r.viewport
+    shell_gets_the_next_command(term)
+
+
 def test_indented_code_reaches_an_auto_indenting_repl_as_written(term):
     """IPython indents the line after ``def f(x):`` itself: typed, the sent indent came on top of its own
     ('IndentationError: unexpected indent', and a dedented line after a loop landed inside it).  A program
