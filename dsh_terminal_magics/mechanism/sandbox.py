@@ -99,13 +99,16 @@ class Sandbox:
         for path in masked:  # the host's daemons' sockets: empty there
             args += ["--tmpfs", path]
         if self.network:  # (DNS: resolv.conf may live in /run)
-            args += [arg for path in _resolver_directories() for arg in ("--ro-bind", path, path)]
+            args += [arg for path in _resolver_directories(masked) for arg in ("--ro-bind", path, path)]
         workspace, cwd = os.path.realpath(workspace), os.path.realpath(cwd)
         # What the private /tmp and the masks would hide: the program itself (a venv, this package), a cwd
         # outside the workspace (read-only, before the workspace: an ancestor of it must not cover its bind).
         for path in _hidden(argv, [] if _within(cwd, workspace) else [cwd], ["/tmp", *masked]):
             args += ["--ro-bind", path, path]
         args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", workspace, workspace]
+        for path in masked:  # (a workspace above them - the home directory, "/" - must not bring them back)
+            if path != workspace and _within(path, workspace):
+                args += ["--tmpfs", path]
         args += ["--chdir", cwd, "--"]
         return args + argv, [filter_fd]
 
@@ -115,7 +118,8 @@ def _runtime_directories() -> list[str]:
     (write permission on a socket is not a file system write): ``/run`` (the D-Bus session bus - where
     ``systemd-run --user`` starts anything, outside the sandbox -, Docker's socket, the system bus) and the
     user's runtime directory wherever ``XDG_RUNTIME_DIR`` puts it (ssh and gpg agents, Wayland); and Jupyter's
-    (see :func:`_kernel_connection_directories`).  Each gets an empty ``tmpfs`` in the sandbox.  ``/tmp`` is private already; a socket elsewhere stays reachable."""
+    (see :func:`_kernel_connection_directories`).  Each gets an empty ``tmpfs`` in the sandbox.  ``/tmp`` is
+    private already; a socket elsewhere stays reachable."""
     found: list[str] = []
     for path in ("/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", ""), *_kernel_connection_directories()):
         if path and os.path.isabs(path) and os.path.isdir(path) and not os.path.islink(path):
@@ -128,7 +132,7 @@ def _runtime_directories() -> list[str]:
 def _kernel_connection_directories() -> list[str]:
     """Where Jupyter keeps kernels' connection files (their ports and signing keys): with the network on, a
     sandboxed session that read this kernel's could run code in it, outside the sandbox."""
-    found = []
+    found: list[str] = []
     try:
         from jupyter_core.paths import jupyter_runtime_dir
         found.append(jupyter_runtime_dir())
@@ -141,11 +145,10 @@ def _kernel_connection_directories() -> list[str]:
     return found
 
 
-def _resolver_directories() -> list[str]:
-    """The directory of ``/etc/resolv.conf``'s target when it lies in a masked runtime directory
+def _resolver_directories(masked: list[str]) -> list[str]:
+    """The directory of ``/etc/resolv.conf``'s target when it lies in a ``masked`` runtime directory
     (systemd-resolved's stub), so that a sandbox with network access still resolves names."""
     target = os.path.realpath("/etc/resolv.conf")
-    masked = _runtime_directories()
     return [os.path.dirname(target)] if os.path.exists(target) and any(_within(target, m) for m in masked) else []
 
 

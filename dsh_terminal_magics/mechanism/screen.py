@@ -129,9 +129,10 @@ class _Screen(pyte.Screen):
 
 
 class _Stream(pyte.Stream):
-    """pyte's parser, with REP, SU, SD, CHT and CBT (see :class:`_Screen`), and honouring character set designations (``ESC ( 0``: DEC line drawing) as xterm does in
-    UTF-8 too.  pyte ignores them in UTF-8 mode (as the Linux console does), so ncurses' boxes - ``dialog``,
-    ``mc`` in a C locale - came out as ``lqqqk`` and ``x``."""
+    """pyte's parser, with REP, SU, SD, CHT and CBT (see :class:`_Screen`), and honouring character set
+    designations (``ESC ( 0``: DEC line drawing) as xterm does in UTF-8 too.  pyte ignores them in UTF-8 mode
+    (as the Linux console does), so ncurses' boxes - ``dialog``, ``mc``, ``curses`` - came out as ``lqqqk``
+    and ``x``."""
 
     csi = {**pyte.Stream.csi, "b": "repeat_character", "S": "scroll_up", "T": "scroll_down", "I": "forward_tab",
            "Z": "back_tab"}

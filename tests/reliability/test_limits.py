@@ -201,8 +201,8 @@ def test_output_that_is_slow_to_process_is_read_in_small_batches(manager, agent,
 
     monkeypatch.setattr(Session, "_ingest", slow_ingest)
     info = manager.sync.open(agent, "shell")
-    r = manager.sync.send(agent, info.session_id,
-                          SendRequest("head -c 300000 /dev/zero | tr '\\0' x; echo; echo flood-$((6*7))", timeout=60))
+    flood = "head -c 300000 /dev/zero | tr '\\0' x; echo; echo flood-$((6*7))"
+    r = manager.sync.send(agent, info.session_id, SendRequest(flood, timeout=60))
     assert r.wait_reason == "stdin_read" and "flood-42" in r.viewport
     # the budget (4 ms) buys 8 KiB at this cost (a batch is that, or one read more; a read that follows a cheap
     # batch, or a check's drain, may take more); the whole buffer was 13-28 KiB

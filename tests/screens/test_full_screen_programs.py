@@ -72,7 +72,8 @@ def test_ncurses_scrolling_and_tabs_move_the_screen(manager, agent, shell):
     assert r.wait_reason == "stdin_read" and r.screen is not None, r
     assert r.viewport.splitlines() == [f"line {i}" for i in range(3, 10)], r.viewport
     send(manager, agent, shell, "x", submit=False)
-    r = send(manager, agent, shell, "printf '\\e[?1049h\\e[Ha\\e[2Ib\\e[Zc\\e[2;1Hd\\e[1T'; read x; printf '\\e[?1049l'")
+    tabs_and_scroll_down = "\\e[?1049h\\e[Ha\\e[2Ib\\e[Zc\\e[2;1Hd\\e[1T"
+    r = send(manager, agent, shell, f"printf '{tabs_and_scroll_down}'; read x; printf '\\e[?1049l'")
     assert r.viewport.splitlines() == ["", "a               c", "d"], r.viewport
     assert send(manager, agent, shell, "").screen is None
 

@@ -97,6 +97,14 @@ def test_the_hosts_daemons_sockets_are_out_of_reach(sandboxed, monkeypatch):
         for path in paths:
             r = send(f"python3 -c \"{connect}\" {path}; echo rc=$?")
             assert "rc=1" in r.viewport and "connected" not in r.viewport.replace("print('connected')", ""), r.viewport
+        home = TerminalTools(config={"sandbox": "workspace-write"}, workspace_root=str(Path.home()))
+        try:  # a workspace above the runtime directory (the home directory) does not bring it back
+            sid = home.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+            r = home.call("terminal_send", {"sessionId": sid, "text": f"python3 -c \"{connect}\" {paths[0]}; "
+                                            "echo rc=$?"}, agent=agent)
+            assert "rc=1" in r.viewport, r.viewport
+        finally:
+            home.shutdown()
         outside = socket.socket(socket.AF_UNIX)  # (the same connect works outside the sandbox)
         outside.connect(paths[0])
         outside.close()
