@@ -83,6 +83,21 @@ def fib(n):
     return a
 
 [fib(i) for i in range(10)]"""),
+    md("Without `--lines` the cell is sent as one block and runs as a file would, blank lines inside a class "
+       "and all (the plain REPL would end the class at its first blank line)."),
+    code("""%%term_send -s py
+class Stack:
+    def __init__(self):
+        self.items = []
+
+    def push(self, item):
+        self.items.append(item)
+        return self
+
+    def __len__(self):
+        return len(self.items)
+
+len(Stack().push(1).push(2))"""),
     md("## Answer a program's question in the next cell"),
     code("%term_open --name sh"),
     code("""%term_send -s sh python3 -c 'name = input("What is your name? "); print("Hello,", name)'"""),

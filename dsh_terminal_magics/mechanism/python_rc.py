@@ -60,6 +60,9 @@ if __name__ == "__main__":
                 if readline is None:
                     return input(prompt)
                 readline.parse_and_bind("set enable-bracketed-paste on")
+                # (which turns the active region on too: a paste would be drawn in reverse video, then drawn
+                # again plain over it - a notebook cell, which does not move the cursor, showed it twice)
+                readline.parse_and_bind("set enable-active-region off")
                 try:
                     return input(prompt)
                 finally:

@@ -317,6 +317,8 @@ def test_code_sent_to_the_python_session_runs_as_a_file_would(agent_tools):
     r = send("class A:\n    def m(self):\n        return 5\n\n    def n(self):\n        return 6\n\n"
              "print('methods', A().m() + A().n())")
     assert "methods 11" in r.viewport and "Error" not in r.viewport, r.viewport
+    raw, _ = tools._loop.call(lambda: tools.manager.session(agent, sid).raw.since(0))
+    assert b"\x1b[7m" not in raw  # the paste drawn once, plain (not in reverse video, then again over it)
     r = send("for i in range(2):\n    print('in', i)\nprint('after')\n'value shown'")
     assert "in 1\nafter\n'value shown'\n>>> " in r.viewport, r.viewport
     r = send("def g():\n    return 1 / 0\n\ng()\nprint('not reached')")  # a cell stops at its error
