@@ -40,9 +40,9 @@ if __name__ == "__main__":
         readline.parse_and_bind("tab: tab-insert")
 
     def _dsh_terminal_console() -> None:
+        import __future__
         import ast
         import code
-        import codeop
         import sys
 
         try:
@@ -50,8 +50,8 @@ if __name__ == "__main__":
         except ImportError:
             readline = None  # type: ignore[assignment]
         future_flags = 0
-        for name in codeop.__future__.all_feature_names:  # type: ignore[attr-defined]
-            future_flags |= getattr(codeop.__future__, name).compiler_flag  # type: ignore[attr-defined]
+        for name in __future__.all_feature_names:
+            future_flags |= getattr(__future__, name).compiler_flag
 
         class Console(code.InteractiveConsole):
             """The REPL, with blocks (text with line breaks in one input: a paste) run whole."""
