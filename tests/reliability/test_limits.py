@@ -204,7 +204,7 @@ def test_output_that_is_slow_to_process_is_read_in_small_batches(manager, agent,
     flood = "head -c 300000 /dev/zero | tr '\\0' x; echo; echo flood-$((6*7))"
     r = manager.sync.send(agent, info.session_id, SendRequest(flood, timeout=60))
     assert r.wait_reason == "stdin_read" and "flood-42" in r.viewport
-    # the budget (4 ms) buys 8 KiB at this cost (a batch is that, or one read more; a read that follows a cheap
-    # batch, or a check's drain, may take more); the whole buffer was 13-28 KiB
-    assert sum(batches) >= 300_000 and len(batches) > 25, batches
+    # the budget (4 ms) buys 8 KiB at this cost (a batch is that, or one read more; the first costly batch, one
+    # that follows a cheap one, or a check's drain may take more); the whole buffer was 13-28 KiB a batch
+    assert sum(batches) >= 300_000, batches
     assert statistics.median(batches[3:]) <= 8192 + 4096, batches
