@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import pyte
+from wcwidth import wcwidth
 
 from .output import RawRing
 
@@ -51,7 +52,15 @@ class _Screen(pyte.Screen):
         if not private:
             super().select_graphic_rendition(*attrs)
 
-    _last_drawn = ""
+    #: The last character drawn, as drawn (charset and attributes applied), when it is one column wide.
+    _last_cell: Any = None
+
+    def draw(self, data: str) -> None:
+        super().draw(data)
+        if data:
+            char = data[-1].translate(self.g1_charset if self.charset else self.g0_charset)
+            self._last_cell = self.cursor.attrs._replace(data=char) if wcwidth(char) == 1 else None
+
     #: The main screen's lines and cursor while the alternate screen is shown (None on the main screen).
     _main: "tuple[Any, Any] | None" = None
 
@@ -82,17 +91,19 @@ class _Screen(pyte.Screen):
         super().reset()
         self._main = None
 
-    def draw(self, data: str) -> None:
-        super().draw(data)
-        if data:
-            self._last_drawn = data[-1]
-
     def repeat_character(self, count: int = 1, *_: object, **__: object) -> None:
-        """REP (``CSI n b``): the last character drawn, ``n`` times more.  ncurses draws a run of one
-        character this way on xterm (a box's top edge: ``q``, then ``CSI 157 b``); pyte does not know REP,
-        so the run was missing.  Bounded by the screen's size (a hostile count draws no more than fits)."""
-        if self._last_drawn:
-            self.draw(self._last_drawn * min(max(count, 1), self.columns * self.lines))
+        """REP (``CSI n b``): the last character drawn, ``n`` times more, up to the end of the line.  ncurses
+        draws a run of one character this way on xterm (a box's top edge: ``q``, then ``CSI 157 b``); pyte
+        does not know REP, so the run was missing.  Written into the line in one step: a REP is 7 bytes, and
+        drawing its characters one by one let a program make the loop draw 900 times what it sent (140 KB of
+        REPs held it for minutes)."""
+        cell, x = self._last_cell, self.cursor.x
+        end = min(x + max(count, 1), self.columns)
+        if cell is None or end <= x:
+            return
+        self.buffer[self.cursor.y].update(dict.fromkeys(range(x, end), cell))
+        self.cursor.x = end
+        self.dirty.add(self.cursor.y)
 
     def scroll_up(self, count: int = 1, *rest: int, **_: object) -> None:
         """SU (``CSI n S``): the scrolling region's lines move up ``n``, blank lines in at its bottom; the
@@ -114,14 +125,16 @@ class _Screen(pyte.Screen):
         self.cursor.y, self.cursor.x = y, x
 
     def forward_tab(self, count: int = 1, *_: object, **__: object) -> None:
-        """CHT (``CSI n I``): ``n`` tab stops forward."""
-        for _step in range(min(max(count, 1), self.columns)):
-            self.tab()
+        """CHT (``CSI n I``): ``n`` tab stops forward (the last column at most)."""
+        stops = sorted(stop for stop in self.tabstops if stop > self.cursor.x)
+        n = max(count, 1)
+        self.cursor.x = stops[n - 1] if n <= len(stops) else self.columns - 1
 
     def back_tab(self, count: int = 1, *_: object, **__: object) -> None:
         """CBT (``CSI n Z``): ``n`` tab stops back (the first column at most)."""
-        for _step in range(min(max(count, 1), self.columns)):
-            self.cursor.x = max((stop for stop in self.tabstops if stop < self.cursor.x), default=0)
+        stops = sorted((stop for stop in self.tabstops if stop < self.cursor.x), reverse=True)
+        n = max(count, 1)
+        self.cursor.x = stops[n - 1] if n <= len(stops) else 0
 
     def write_process_input(self, data: str) -> None:
         """Replies to terminal queries come from :mod:`.terminal_replies`, never from pyte (which would

@@ -52,3 +52,21 @@ def test_far_behind_resyncs_from_the_tail():
     ring.append(b"y" * 1000)
     assert not model.catch_up(ring, budget=10)  # budgeted slices
     assert model.catch_up(ring, budget=None)
+
+
+def test_a_repeat_request_costs_what_it_sends_not_what_it_asks_for(monkeypatch):
+    """REP (``CSI n b``) repeats the last character up to the end of the line.  Drawn one character at a
+    time, 140 KB of ``CSI 9999 b`` held the loop for four minutes (another agent's send waited 233 s): the
+    repeat is written into the line in one step, and never past it."""
+    from dsh_terminal_magics.mechanism import screen as screen_module
+
+    drawn: list[int] = []
+    real_draw = screen_module.pyte.Screen.draw
+    monkeypatch.setattr(screen_module.pyte.Screen, "draw", lambda self, data: (drawn.append(len(data)),
+                                                                              real_draw(self, data))[1])
+    model = ScreenModel(24, 80, 0)
+    model.feed(b"\x1b[?1049h\x1b[1;31mx" + b"\x1b[9999b" * 5000 + b"\x1b[2;1Hy\x1b[3b")
+    assert sum(drawn) <= 2  # only the x and the y were drawn
+    rows = model.snapshot().lines
+    assert rows[0] == "x" * 80 and rows[1].rstrip() == "yyyy"
+    assert model.screen.buffer[0][79].fg == "red"  # with the drawn character's attributes
