@@ -121,10 +121,11 @@ def _runtime_directories() -> list[str]:
     (see :func:`_kernel_connection_directories`).  Each gets an empty ``tmpfs`` in the sandbox.  ``/tmp`` is
     private already; a socket elsewhere stays reachable."""
     found: list[str] = []
+    tmp = os.path.realpath("/tmp")
     for path in ("/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", ""), *_kernel_connection_directories()):
         if path and os.path.isabs(path) and os.path.isdir(path) and not os.path.islink(path):
             real = os.path.realpath(path)
-            if not any(_within(real, other) for other in [*found, os.path.realpath("/tmp")]):
+            if not any(_within(real, other) for other in [*found, tmp]):
                 found.append(real)
     return found
 
@@ -163,9 +164,8 @@ def _hidden(argv: list[str], directories: list[str], masked: list[str]) -> list[
     candidates = {os.path.dirname(a) for a in argv if os.path.isabs(a) and os.path.exists(a)} | set(directories)
     candidates |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
     roots = [os.path.realpath(m) for m in masked]
-    found = sorted({os.path.realpath(c) for c in candidates
-                    if os.path.isdir(c) and any(_within(os.path.realpath(c), r) and os.path.realpath(c) != r
-                                                for r in roots)})
+    reals = {os.path.realpath(c) for c in candidates if os.path.isdir(c)}
+    found = sorted(p for p in reals if any(p != r and _within(p, r) for r in roots))
     return [p for p in found if not any(p != q and _within(p, q) for q in found)]
 
 
