@@ -144,6 +144,8 @@ class ReadinessProbe:
         self.tty_readers: list[int] = []
         #: Thread ids per pid, read once per check (a walk and the verdict both need them).
         self._tasks: dict[int, list[int]] = {}
+        #: Children per member, read by the walk (the verdict checks that none were added since).
+        self._kids: dict[int, list[int]] = {}
         #: /proc files read by checks; the program's are kept open (a check re-reads the same dozen files).
         self._files = ProcFiles(leader_pid)
         self.available = HAVE_PROC and bool(_SYSCALLS)
@@ -282,9 +284,15 @@ class ReadinessProbe:
         pgid = self.foreground_pgid()
         if pgid <= 0:
             return None
+        return self._check(pgid, fence, count_from_leader=True)
+
+    def _check(self, pgid: int, fence: Fence, count_from_leader: bool) -> float | None:
+        """:meth:`waiting_for_input` for group ``pgid`` (``count_from_leader``: a leader's stat that says it
+        has one thread is taken at its word, instead of listing its threads)."""
         self._timeout = 0.0
         self.running_thread = None
         self._tasks = {}
+        self._kids = {}
         self._leader_stat = None
         self._relayed = []
         self._outside = []
@@ -297,7 +305,7 @@ class ReadinessProbe:
                 self.running_thread = (pgid, pgid)
                 self._last_sample = (pgid, {})
                 return None
-            if leader is not None and leader.threads == 1:
+            if count_from_leader and leader is not None and leader.threads == 1:
                 self._tasks[pgid] = [pgid]  # its only thread: no need to list them
             self._leader_stat = (pgid, leader) if leader is not None else None
         members = self.group_members(pgid)
@@ -308,10 +316,31 @@ class ReadinessProbe:
             state = self._outside_reader(members, fence)
         # Input still unread is the program's to read first.  (Asked last: a look that found a thread asleep
         # on the tty, with no run across it, saw no input left then - it would have woken the reader.)
-        if state == "tty" and self.unread_input() == 0:
+        if state != "tty":
+            return None
+        if not self._members_unchanged(members):  # (threads or processes it started meanwhile may be running)
+            if count_from_leader:
+                return self._check(pgid, fence, count_from_leader=False)
+            self._last_sample = (pgid, {})  # (changed again: the next look is a full check)
+            return None
+        if self.unread_input() == 0:
             self._ready_sample = self._last_sample
             return self._timeout
         return None
+
+    def _members_unchanged(self, members: list[int]) -> bool:
+        """Whether the group's members still have the threads and children this check listed before it
+        looked at them.  A member found reading the tty may have started threads or processes between the
+        listing and the look (a program that starts workers and then asks); those were not looked at."""
+        for pid in members:
+            stat = self._stat(pid)
+            if stat is None or stat.gone:
+                continue  # (it ended: nothing of it runs)
+            if stat.threads != len(self._threads(pid)):
+                return False
+            if pid in self._kids and not set(self._children(pid)) <= set(self._kids[pid]):
+                return False
+        return True
 
     def unchanged_since_last_check(self) -> bool:
         """Whether no thread the last check looked at has run since (one small read per thread).
@@ -467,7 +496,8 @@ class ReadinessProbe:
                 if stat is None or stat.gone or stat.pgrp != pgid:
                     continue
             found.append(pid)
-            stack.extend(self._children(pid))
+            kids = self._kids[pid] = self._children(pid)
+            stack.extend(kids)
         return found
 
     def _children(self, pid: int) -> list[int]:

@@ -807,3 +807,58 @@ def test_a_wait_on_many_descriptors_is_looked_at_in_part(manager, agent, shell):
     code = program.format(n=hard, tty="p.register(0, select.POLLIN)\n", pipes=pipes)
     r = send(manager, agent, shell, f"{sys.executable} -c \"{code}\"", idle=20)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("polling\n"), r
+
+
+@pytest.mark.parametrize("starts", ["threads", "processes"])
+def test_workers_started_during_a_check_are_looked_at(manager, agent, shell, tmp_path, starts):
+    """A check lists the group's threads and processes, then looks at each.  A program that starts workers
+    and then asks for input can do both between the listing and the look (a loaded machine delays the check
+    that long): it was found reading, its workers never looked at, and "waiting" came back while they ran.
+    Here the check is held after its listing until the workers run and the program reads."""
+    import os
+    import time as clock
+    from tests.conftest import wait_for
+    go, stop = tmp_path / "go", tmp_path / "stop"
+    start = {"threads": "threading.Thread(target=work).start()",
+             "processes": "os.fork() or (work(), os._exit(0))"}[starts]
+    code = (f"import os, threading, time\nwhile not os.path.exists({str(go)!r}): time.sleep(0.01)\n"
+            f"def work():\n    while not os.path.exists({str(stop)!r}): pass\n"
+            f"for _ in range(2): {start}\nprint('got', input('ready> '))")
+    script = tmp_path / "workers.py"
+    script.write_text(code)
+    r = send(manager, agent, shell, f"{sys.executable} {script}", idle=1)
+    assert r.wait_reason == "inferred_idle", r
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    probe = session.probe
+    pgid = manager.loop_thread.call(probe.foreground_pgid)
+    assert pgid != session.pid
+
+    def workers_run_and_main_reads() -> bool:
+        count = len(os.listdir(f"/proc/{pgid}/task")) if starts == "threads" else \
+            len(open(f"/proc/{pgid}/task/{pgid}/children").read().split())
+        return count >= (3 if starts == "threads" else 2) and open(f"/proc/{pgid}/syscall").read().startswith("0 ")
+
+    def check_held_after_the_listing():
+        original = probe.group_members
+
+        def listed_then_held(group):
+            members = original(group)
+            go.touch()
+            deadline = clock.monotonic() + 20
+            while not workers_run_and_main_reads() and clock.monotonic() < deadline:
+                clock.sleep(0.005)
+            return members
+        fence = probe.fence(accept_stale=True)  # (it lists the group too)
+        probe.group_members = listed_then_held
+        try:
+            return probe.waiting_for_input(fence)
+        finally:
+            del probe.group_members
+    try:
+        assert manager.loop_thread.call(check_held_after_the_listing) is None  # its workers run: not waiting
+        assert manager.loop_thread.call(lambda: probe.waiting_for_input(probe.fence(accept_stale=True))) is None
+    finally:
+        stop.touch()
+    wait_for(lambda: manager.loop_thread.call(lambda: probe.waiting_for_input(probe.fence(accept_stale=True)))
+             is not None, timeout=20)
+    assert "got x" in send(manager, agent, shell, "x").viewport
