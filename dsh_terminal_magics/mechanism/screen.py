@@ -23,8 +23,13 @@ _ALTERNATE_SCREEN = (1049, 1047, 47)
 #: Fall further behind than this and the model restarts from the newest :data:`RESYNC_TAIL` bytes.
 RESYNC_BYTES = 256 * 1024
 RESYNC_TAIL = 32 * 1024
-#: Bytes fed to pyte between checks of the time budget.
+#: Most bytes fed to pyte between checks of the time budget; fewer when the last slice was costly.
 SLICE = 4096
+MIN_SLICE = 64
+#: Most seconds one catch-up works (it runs on the kernel's loop): past it, the model is left behind and
+#: the next catch-up goes on from there.  pyte takes ~2 MB/s of ordinary output, so :data:`RESYNC_BYTES`
+#: of it fits well within; a flood of costly sequences does not hold the loop longer.
+MAX_CATCH_UP_SECONDS = 0.25
 
 @dataclass(frozen=True)
 class ScreenSnapshot:
@@ -46,7 +51,18 @@ class ScreenSnapshot:
 
 class _Screen(pyte.Screen):
     """pyte's screen, tolerant of private SGR sequences (``ESC[>4;2m``, sent by vim) it does not know, and
-    with the sequences ncurses sends xterm that pyte lacks: REP, SU, SD, CHT, CBT."""
+    with the sequences ncurses sends xterm that pyte lacks: REP, SU, SD, CHT, CBT.
+
+    What a program prints is untrusted, and the model is fed on the kernel's loop: no sequence may cost far
+    more than the text it could change.  pyte's erase of the display rewrote every cell ever drawn (4 bytes,
+    ``ESC[2J``, for a screenful of work), its reverse-video screen mode (``ESC[?5h``) rewrote every cell, and
+    its alignment test (``ESC#8``) filled the screen with E's: a few KiB of them held the loop for seconds.
+    Here an erased line is replaced by an empty one (whose cells default to the erasing colours), reverse
+    video is a flag the display applies (:attr:`reverse_video`), and the alignment test is ignored (a test
+    pattern of ``vttest``, not something programs draw)."""
+
+    #: The reverse-video screen mode (``ESC[?5h``): the display swaps every cell's colours.
+    reverse_video = False
 
     def select_graphic_rendition(self, *attrs: int, private: bool = False, **_: object) -> None:
         if not private:
@@ -68,9 +84,10 @@ class _Screen(pyte.Screen):
         """The alternate screen (``?1049``, ``?1047``, ``?47``) is a screen of its own, blank when entered;
         the main screen comes back as it was when it is left (pyte kept one screen: the next program found
         the last one's frame under what it drew, and the shell's screen showed the editor's).  ``?3``
-        (132 columns) is ignored, as xterm does by default: it resized the model, not the terminal."""
+        (132 columns) is ignored, as xterm does by default: it resized the model, not the terminal.  ``?5``
+        (reverse video) is only noted (see the class)."""
         if kwargs.get("private"):
-            modes = tuple(m for m in modes if m != 3)
+            modes = self._noted_modes(modes, True)
             if self._main is None and any(m in _ALTERNATE_SCREEN for m in modes):
                 self._main = (self.buffer, copy.copy(self.cursor))
                 self.buffer = copy.copy(self.buffer)  # (the same kind of dict, with its default line)
@@ -80,16 +97,42 @@ class _Screen(pyte.Screen):
 
     def reset_mode(self, *modes: int, **kwargs: Any) -> None:
         if kwargs.get("private"):
-            modes = tuple(m for m in modes if m != 3)
+            modes = self._noted_modes(modes, False)
             if self._main is not None and any(m in _ALTERNATE_SCREEN for m in modes):
                 self.buffer, self.cursor = self._main
                 self._main = None
                 self.dirty.update(range(self.lines))
         super().reset_mode(*modes, **kwargs)
 
+    def _noted_modes(self, modes: tuple[int, ...], on: bool) -> tuple[int, ...]:
+        """``modes`` without those pyte is not given: ``?3`` (ignored) and ``?5`` (noted here)."""
+        if 5 in modes:
+            self.reverse_video = on
+        return tuple(m for m in modes if m not in (3, 5))
+
     def reset(self) -> None:
         super().reset()
         self._main = None
+        self.reverse_video = False
+
+    def erase_in_display(self, how: int = 0, *_: object, **__: object) -> None:
+        """ED: each erased line becomes an empty one, whatever was drawn on it (see the class); its cells
+        default to the cursor's colours (pyte recoloured only the cells drawn before)."""
+        blank = self.cursor.attrs._replace(data=" ")
+        below, above = range(self.cursor.y + 1, self.lines), range(self.cursor.y)
+        rows = {0: below, 1: above, 2: range(self.lines), 3: range(self.lines)}.get(how, range(0))
+        if blank == self.default_char:
+            for y in [y for y in self.buffer if y in rows]:  # (only lines drawn on)
+                del self.buffer[y]
+        else:
+            for y in rows:
+                self.buffer[y] = pyte.screens.StaticDefaultDict(blank)
+        self.dirty.update(rows)
+        if how in (0, 1):
+            self.erase_in_line(how)
+
+    def alignment_display(self) -> None:
+        """DECALN (``ESC#8``) is ignored (see the class)."""
 
     def repeat_character(self, count: int = 1, *_: object, **__: object) -> None:
         """REP (``CSI n b``): the last character drawn, ``n`` times more, up to the end of the line.  ncurses
@@ -184,9 +227,10 @@ class ScreenModel:
                  until: int | None = None) -> bool:
         """Feed what the ring holds past our offset (up to absolute offset ``until``); True when caught up.
 
-        At most ``budget`` bytes and about ``seconds`` of work (slices of
-        :data:`SLICE`); further behind than :data:`RESYNC_BYTES`, restart
-        from the newest :data:`RESYNC_TAIL` bytes instead.
+        At most ``budget`` bytes and about ``seconds`` of work
+        (:data:`MAX_CATCH_UP_SECONDS` at most); further behind than
+        :data:`RESYNC_BYTES`, restart from the newest :data:`RESYNC_TAIL`
+        bytes instead.
         """
         data, lost = ring.since(self.offset, until)
         if lost or len(data) > RESYNC_BYTES:
@@ -198,17 +242,30 @@ class ScreenModel:
             data = data[cut:]
         if budget is not None and len(data) > budget:
             data = data[:budget]
-        deadline = None if seconds is None else time.monotonic() + seconds
-        for start in range(0, len(data), SLICE):
-            piece = data[start:start + SLICE]
+        self._feed_for(data, min(seconds, MAX_CATCH_UP_SECONDS) if seconds is not None else MAX_CATCH_UP_SECONDS)
+        return self.offset >= (ring.total if until is None else until)
+
+    def _feed_for(self, data: bytes, seconds: float) -> None:
+        """Feed ``data`` for about ``seconds``, in slices sized by what the last one cost per byte (a slice of
+        costly sequences must not overshoot the budget by much)."""
+        deadline = time.monotonic() + seconds
+        size, start = MIN_SLICE, 0  # (the first slice small: nothing is known of the data's cost yet)
+        while start < len(data):
+            piece = data[start:start + size]
+            began = time.monotonic()
             self.feed(piece)
             self.offset += len(piece)
-            if deadline is not None and time.monotonic() > deadline:
-                break
-        return self.offset >= (ring.total if until is None else until)
+            start += len(piece)
+            now = time.monotonic()
+            if now > deadline:
+                return
+            per_byte = (now - began) / len(piece)
+            size = SLICE if per_byte <= 0 else max(MIN_SLICE, min(SLICE, int((deadline - now) / per_byte)))
 
     def mode_state(self, mode: int, private: bool) -> bool:
         """Whether DEC private (``private``) or ANSI ``mode`` is set."""
+        if private and mode == 5:
+            return self.screen.reverse_video
         return (mode << 5 if private else mode) in self.screen.mode
 
     def resize(self, rows: int, cols: int) -> None:

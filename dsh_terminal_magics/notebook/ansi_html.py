@@ -189,16 +189,19 @@ def screen_html(screen: "pyte.Screen") -> str:
     """
     rows = []
     visible = max(1, min(screen.lines, MAX_SCREEN_CELLS // max(screen.columns, 1)))
+    screen_reversed = getattr(screen, "reverse_video", False)  # (our model's ``ESC[?5h``)
     for y in range(visible):
         # Read rows without creating them: pyte's resize shifts whatever rows exist in its buffer.
         line = screen.buffer[y] if y in screen.buffer else {}
+        blank = getattr(line, "default", screen.default_char)  # (an erased line's colours)
         parts: list[str] = []
         run: list[str] = []
         run_style = ""
         for x in range(screen.columns):
-            char = line[x] if x in line else screen.default_char
+            char = line[x] if x in line else blank
             at_cursor = y == screen.cursor.y and x == screen.cursor.x and not screen.cursor.hidden
-            style = css_style(_pyte_colour(char.fg), _pyte_colour(char.bg), inverse=char.reverse != at_cursor,
+            inverse = (char.reverse != at_cursor) != screen_reversed
+            style = css_style(_pyte_colour(char.fg), _pyte_colour(char.bg), inverse=inverse,
                               bold=char.bold, italic=char.italics, underline=char.underscore)
             if style != run_style and run:
                 parts.append(_span(run_style, "".join(run)))

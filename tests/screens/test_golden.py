@@ -70,3 +70,60 @@ def test_a_repeat_request_costs_what_it_sends_not_what_it_asks_for(monkeypatch):
     rows = model.snapshot().lines
     assert rows[0] == "x" * 80 and rows[1].rstrip() == "yyyy"
     assert model.screen.buffer[0][79].fg == "red"  # with the drawn character's attributes
+
+
+def test_costly_sequences_cost_what_they_send(monkeypatch):
+    """A program's output feeds the screen model on the kernel's loop, so no sequence may make it work far
+    more than the text it could change.  pyte's erase of the display rewrote every cell ever drawn, its
+    reverse-video mode every cell, its alignment test filled the screen: 4 KiB of ``ESC#8`` held the loop
+    for 12 s.  Counted here: cells written or recoloured while 1000 of each are fed to a full screen."""
+    from pyte import screens as pyte_screens
+
+    from dsh_terminal_magics.notebook.ansi_html import screen_html
+    work = [0]
+    real_set, real_replace = pyte_screens.StaticDefaultDict.__setitem__, pyte_screens.Char._replace
+    monkeypatch.setattr(pyte_screens.StaticDefaultDict, "__setitem__",
+                        lambda line, x, char: (work.__setitem__(0, work[0] + 1), real_set(line, x, char))[1])
+    monkeypatch.setattr(pyte_screens.Char, "_replace",
+                        lambda char, **kw: (work.__setitem__(0, work[0] + 1), real_replace(char, **kw))[1])
+    for sequence in (b"\x1b#8", b"\x1b[?5h\x1b[?5l", b"\x1b[2J", b"\x1b[3J", b"\x1b[41m\x1b[2J\x1b[m", b"\x1b[H\x1b[J"):
+        model = ScreenModel(24, 80, 0)
+        model.feed(b"\x1b[?1049h" + b"x" * (24 * 80))
+        work[0] = 0
+        model.feed(sequence * 1000)
+        assert work[0] <= 1000 * 81, (sequence, work[0])  # (a line at most each; pyte: 1920 and more each)
+    model = ScreenModel(4, 10, 0)
+    model.feed(b"\x1b[?1049hxx\x1b#8")  # the alignment test changes nothing
+    assert model.snapshot().lines[:2] == ("xx" + " " * 8, " " * 10)
+    model.feed(b"\x1b[2;1H\x1b[44m\x1b[J\x1b[m")  # erased from the cursor (line 2) on, in blue
+    html = screen_html(model.screen).splitlines()
+    assert html[0] == "xx" and all("background-color:#2472c8" in row for row in html[1:]), html
+    model.feed(b"\x1b[?5h")
+    assert model.mode_state(5, private=True) and "inverse" not in screen_html(model.screen)
+    assert screen_html(model.screen) != html and model.snapshot().lines[0].startswith("xx")
+    model.feed(b"\x1b[?5l")
+    assert not model.mode_state(5, private=True) and screen_html(model.screen).splitlines() == html
+
+
+def test_a_catch_up_stops_at_its_time_budget_and_the_next_goes_on(monkeypatch):
+    """A catch-up runs on the kernel's loop: however costly the output, it works about
+    ``MAX_CATCH_UP_SECONDS`` at most (its first slice small, later ones sized by what the last cost), and
+    the next catch-up goes on from where it stopped - to the same screen as feeding everything at once."""
+    from dsh_terminal_magics.mechanism import screen as screen_module
+    data = b"\x1b[?1049h" + b"".join(b"\x1b[%d;1Hline %d\n\n\x1b[2J" % (i % 24 + 1, i) for i in range(3000))
+    data += b"\x1b[5;5Hlast"
+    ring = RawRing(capacity=4 * RESYNC_BYTES)
+    ring.append(data)
+    whole = ScreenModel(24, 80, 0)
+    whole.feed(data)
+    monkeypatch.setattr(screen_module, "MAX_CATCH_UP_SECONDS", 0.0)  # (every catch-up is past it at once)
+    model = ScreenModel(24, 80, 0)
+    calls = 0
+    while True:
+        calls += 1
+        done = model.catch_up(ring)
+        assert model.offset == min(screen_module.MIN_SLICE * calls, len(data))  # one small slice each
+        if done:
+            break
+    assert calls == -(-len(data) // screen_module.MIN_SLICE)
+    assert model.snapshot() == whole.snapshot() and "last" in model.snapshot().lines[4]
