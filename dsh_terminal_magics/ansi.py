@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from typing import Iterator, MutableSequence, Sequence
 
 #: One complete escape sequence: CSI, OSC (BEL or ST terminated), DCS/SOS/PM/APC, nF/Fp/Fe escapes.
@@ -52,9 +53,14 @@ def xterm_256(n: int) -> str:
 CURSOR_LEFT, CURSOR_RIGHT, ERASE_RIGHT, ERASE_LINE, DELETE_CHAR, INSERT_CHAR = \
     "\x0e", "\x0f", "\x10", "\x11", "\x12", "\x13"
 MARKS = CURSOR_LEFT + CURSOR_RIGHT + ERASE_RIGHT + ERASE_LINE + DELETE_CHAR + INSERT_CHAR
+_LEFT = "\b" + CURSOR_LEFT
 #: Row motion as :func:`line_motion_marks` leaves it for a history of lines (:class:`RowCursor`): up
 #: (``CSI A``/``F``) and down (``CSI B``/``E``) one row per mark.
 ROW_UP, ROW_DOWN = "\x14", "\x15"
+#: What :func:`_play_line` plays in one step: a run of CRs, of moves left (BS too), of moves right, one erase,
+#: a run of deletes or inserts, a run of row marks, or a run of text.
+_PLAY_RUNS = re.compile(f"\r+|[{_LEFT}]+|{CURSOR_RIGHT}+|{ERASE_RIGHT}|{ERASE_LINE}|{DELETE_CHAR}+|{INSERT_CHAR}+"
+                        f"|[{ROW_UP}{ROW_DOWN}]+|[^\r{_LEFT}{MARKS}{ROW_UP}{ROW_DOWN}]+")
 _DROP_MARKS = dict.fromkeys(map(ord, MARKS + ROW_UP + ROW_DOWN))
 #: Longest single motion kept (a terminal moves the cursor within one screen row), most marks made from
 #: one chunk (output is untrusted: ``CSI 1000C`` must not turn 7 bytes into 1000 marks without bound), and
@@ -66,6 +72,9 @@ MAX_RESERVED_LINES = 200
 #: the raw text of the row the cursor is on kept before it is replayed into its shortest form.
 MAX_ROWS = 200
 MAX_ROW_RAW = 1024
+#: Most cells of a row the cursor climbed to: a screen row, no wider than any terminal's (what a terminal
+#: would wrap onto the row below is dropped).
+MAX_ROW_CELLS = MAX_MOTION
 #: Output is untrusted: each :data:`ROW_BUDGET_CHARS` of text move the cursor between rows at most
 #: :data:`MAX_ROW_MOTIONS` times, looking at most :data:`MAX_ROWS_LOOKED` rows they pass (a 60 KB chunk of
 #: ``CSI 200A CSI 200B`` cost the loop 90-250 ms); motions past the budget are dropped.
@@ -219,15 +228,21 @@ class RowCursor:
     state, as on a terminal, not one copy of every line per update.
 
     ``up`` counts rows above the last, unfinished line.  The caller writes text on the last line itself
-    while ``up`` is 0, and through :meth:`write` otherwise.  Rows are the history's lines, so a climb over
-    a line the screen wraps (wider than ``columns``) is not followed: the motion is dropped.
+    while ``up`` is 0, and through :meth:`write` otherwise; what is written on a row is played into its
+    line by :meth:`play`, which the caller calls before the cursor leaves the row (:meth:`stays` tells) and
+    at the end of a chunk - not at each write: output is untrusted, and ``x CSI A`` repeated at the top row
+    made every ``x`` replay the whole row (a few seconds of it held the loop for minutes).  Rows are the
+    history's lines, so a climb over a line the screen wraps (wider than ``columns``) is not followed: the
+    motion is dropped.
     """
 
-    __slots__ = ("up", "_raw", "_motions", "_looks")
+    __slots__ = ("up", "_raw", "_motions", "_looks", "_unplayed", "_compact_at")
 
     def __init__(self) -> None:
         self.up = 0
         self._raw = ""  # the cursor's row while up > 0: its line, then what was written on it
+        self._unplayed = False  # written on since it was last played into its line
+        self._compact_at = MAX_ROW_RAW
         self.new_chunk()
 
     def new_chunk(self) -> None:
@@ -243,6 +258,16 @@ class RowCursor:
     @property
     def column(self) -> int:
         return cursor_column(self._raw)
+
+    def stays(self, lines: Sequence[str], marks: str) -> bool:
+        """Whether row motion ``marks`` would leave the cursor on its row (at the top of what it may climb,
+        on the last line already, or past the budget)."""
+        if self._motions <= 0:
+            return True
+        if marks[0] == ROW_UP:
+            target = min(self.up + len(marks), len(lines), MAX_ROWS)
+            return target <= self.up or self._looks < target - self.up
+        return not self.up
 
     def climb(self, lines: Sequence[str], partial: str, count: int, columns: int) -> None:
         """Up ``count`` rows (clamped to the lines there are and :data:`MAX_ROWS`), keeping the column."""
@@ -276,12 +301,21 @@ class RowCursor:
         self._raw = lines[-self.up] + "\r" if self.up else ""
         return "" if self.up else "\r"
 
-    def write(self, lines: MutableSequence[str], text: str) -> tuple[str, str]:
-        """Write ``text`` (no newline) on the cursor's row; returns the row's (old, new) rendered line."""
+    def write(self, text: str) -> None:
+        """Write ``text`` (no newline) on the cursor's row."""
         self._raw += text
-        if len(self._raw) > MAX_ROW_RAW:  # a spinner on an upper row: keep its raw text short
-            self._raw = compact_line(self._raw)
-        new = _play_line(self._raw)[0]  # (a shorter text leaves the rest of the row)
+        self._unplayed = True
+        if len(self._raw) > self._compact_at:  # a spinner on an upper row: keep its raw text short
+            self._raw = compact_line(self._raw, MAX_ROW_CELLS)
+            self._compact_at = len(self._raw) + MAX_ROW_RAW
+
+    def play(self, lines: MutableSequence[str]) -> tuple[str, str] | None:
+        """Play what was written on the cursor's row into its line: the line's (old, new) text, or None when
+        nothing was written since the last play."""
+        if not self._unplayed:
+            return None
+        self._unplayed = False
+        new = _play_line(self._raw, MAX_ROW_CELLS)[0]  # (a shorter text leaves the rest of the row)
         old, lines[-self.up] = lines[-self.up], new
         return old, new
 
@@ -301,13 +335,15 @@ def play_rows(text: str, columns: int = MAX_MOTION) -> list[str]:
     partial = ""
     rows = RowCursor()
     for piece in budgeted_pieces(text, rows):
+        if rows.up and (piece == "\n" or (piece[0] in ROW_UP + ROW_DOWN and not rows.stays(lines, piece))):
+            rows.play(lines)
         if piece[0] == ROW_UP:
             rows.climb(lines, partial, len(piece), columns)
         elif piece[0] == ROW_DOWN:
             partial += rows.down(lines, len(piece))
         elif piece != "\n":
             if rows.up:
-                rows.write(lines, piece)
+                rows.write(piece)
             else:
                 partial += piece
         elif rows.up:
@@ -315,6 +351,8 @@ def play_rows(text: str, columns: int = MAX_MOTION) -> list[str]:
         else:
             lines.append(render_line(partial))
             partial = ""
+    if rows.up:
+        rows.play(lines)
     return lines + [render_line(partial)]
 
 
@@ -334,15 +372,19 @@ def budgeted_pieces(text: str, rows: RowCursor) -> Iterator[str]:
         yield piece
 
 
-def compact_line(raw: str) -> str:
-    """A shorter raw line that renders the same and leaves the cursor in the same column."""
-    text, column = _play_line(raw)
+def compact_line(raw: str, width: int = sys.maxsize) -> str:
+    """A shorter raw line that renders the same (its first ``width`` cells) and leaves the cursor in the
+    same column."""
+    text, column = _play_line(raw, width)
     return text + to_column(column)
 
 
-def _play_line(raw: str) -> tuple[str, int]:
-    """Play one raw line on a cursor: its text (colours kept before the cells they coloured) and the column
-    the cursor ends in."""
+def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
+    """Play one raw line on a cursor: its text (colours kept before the cells they coloured; ``width`` cells
+    at most) and the column the cursor ends in.
+
+    Played a run at a time (text, motion or edit), not a character at a time: a row's raw text holds up to
+    :data:`MAX_MOTION` motion marks per move, and output is untrusted (see :class:`RowCursor`)."""
     cells: list[str] = []
     column = 0
     colour = ""
@@ -352,34 +394,30 @@ def _play_line(raw: str) -> tuple[str, int]:
         if index % 2:
             colour += f"\x1b[{piece}m"
             continue
-        for ch in piece:
-            if ch == "\r":
+        for run in _PLAY_RUNS.findall(piece):
+            mark = run[0]
+            if mark == "\r":
                 column = 0
-            elif ch in "\b" + CURSOR_LEFT:
-                column = max(0, column - 1)
-            elif ch == CURSOR_RIGHT:
-                column = min(column + 1, MAX_MOTION)  # (no further right than any screen row)
-            elif ch == ERASE_RIGHT:
+            elif mark in _LEFT:
+                column = max(0, column - len(run))
+            elif mark == CURSOR_RIGHT:
+                column = min(column + len(run), MAX_MOTION)  # (no further right than any screen row)
+            elif mark == ERASE_RIGHT:
                 del cells[column:]
-            elif ch == ERASE_LINE:
+            elif mark == ERASE_LINE:
                 cells = [" "] * min(column, len(cells))
-            elif ch == DELETE_CHAR:
-                del cells[column:column + 1]
-            elif ch == INSERT_CHAR:
+            elif mark == DELETE_CHAR:
+                del cells[column:column + len(run)]
+            elif mark == INSERT_CHAR:
                 if column < len(cells):
-                    cells.insert(column, " ")
-            elif ch in ROW_UP + ROW_DOWN:  # (played by RowCursor; never within one line)
-                continue
-            else:
+                    cells[column:column] = [" "] * len(run)
+            elif mark not in ROW_UP + ROW_DOWN and column < width:  # (row marks: played by RowCursor)
+                run = run[:width - column]
                 if column > len(cells):
                     cells.extend(" " * (column - len(cells)))
-                cell = colour + ch
+                cells[column:column + len(run)] = [colour + run[0], *run[1:]]
                 colour = ""
-                if column < len(cells):
-                    cells[column] = cell
-                else:
-                    cells.append(cell)
-                column += 1
+                column += len(run)
     while len(cells) > column and cells[-1][-1:] == " ":  # blanks the cursor left behind it: erased
         cells.pop()
     return "".join(cells) + colour, column

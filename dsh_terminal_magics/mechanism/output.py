@@ -271,8 +271,12 @@ class ScrollbackBuffer:
         """Text that moves the cursor up and down rows: what lands on an upper row rewrites that line."""
         rows = self._rows
         for piece in budgeted_pieces(text.replace("\r\n", "\n"), rows):
-            if self._dirty_row and (piece[0] in ROW_UP + ROW_DOWN or piece == "\n"):
-                self._left_rewritten_row()
+            if piece[0] in ROW_UP + ROW_DOWN:
+                if rows.stays(self._lines, piece):
+                    continue
+                self._leave_row()
+            elif piece == "\n":
+                self._leave_row()
             if piece[0] == ROW_UP:
                 rows.climb(self._lines, self._partial, len(piece), self.columns)
             elif piece[0] == ROW_DOWN:
@@ -282,11 +286,23 @@ class ScrollbackBuffer:
             elif piece == "\n":
                 self._append_lines(rows.newline(self._lines))
             else:
-                old, new = rows.write(self._lines, piece)
-                if len(new) > self.max_line_chars:
-                    new = self._lines[-rows.up] = new[: self.max_line_chars] + self.LINE_CUT_MARKER
-                self._chars += len(new) - len(old)
+                rows.write(piece)
                 self._dirty_row = self.cursor_line
+        self._play_row()
+
+    def _play_row(self) -> None:
+        """What was written on the row the cursor climbed to, into its line (see :class:`RowCursor`)."""
+        played = self._rows.play(self._lines) if self._rows.up else None
+        if played is not None:
+            old, new = played
+            if len(new) > self.max_line_chars:
+                new = self._lines[-self._rows.up] = new[: self.max_line_chars] + self.LINE_CUT_MARKER
+            self._chars += len(new) - len(old)
+
+    def _leave_row(self) -> None:
+        self._play_row()
+        if self._dirty_row:
+            self._left_rewritten_row()
 
     def _left_rewritten_row(self) -> None:
         self.rewrites += 1

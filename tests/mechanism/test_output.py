@@ -1,6 +1,7 @@
 """The output normaliser and scrollback, as pure functions (plus property tests)."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -351,3 +352,42 @@ def test_row_motion_has_a_budget():
         ansi._screen_width = real  # type: ignore[assignment]
     assert len(looked) <= ansi.MAX_ROWS_LOOKED + ansi.MAX_ROWS, len(looked)
     assert "end" in lines_of(sb)[-3:], lines_of(sb)[-3:]
+
+
+@pytest.mark.parametrize("pattern", [b"x\x1b[A", b"x\x1b[2A\x1b[B", b"x\x1b[9999D", b"\x1b[A\x1b[9999C\x1b[9999@x",
+                                     b"x\x1b[200A\x1b[1000Cx\x1b[200B"])
+def test_rewriting_upper_rows_costs_what_the_output_sends(pattern):
+    """Output is untrusted, and the history is kept on the kernel's loop: writing on a row the cursor climbed
+    to replayed the whole row at every write, a character at a time (``x CSI A`` at the top row: ~10,000
+    Python lines run per byte of output, a few seconds of it held the loop for minutes).  Counted here:
+    Python lines run per byte fed, over 20 chunks of 4 KiB."""
+    import sys
+    normalizer, history = OutputNormalizer(), ScrollbackBuffer()
+    history.append(normalizer.feed(b"$ a command\r\n" * 5)[0])
+    ran = [0]
+
+    def tracer(frame, event, arg):
+        ran[0] += 1
+        return tracer
+    data = pattern * (4096 // len(pattern))
+    sys.settrace(tracer)
+    try:
+        for _ in range(20):
+            history.append(normalizer.feed(data)[0])
+    finally:
+        sys.settrace(None)
+    assert ran[0] / (20 * len(data)) < 100, ran[0] / (20 * len(data))  # (before: 65 to 9900)
+    assert len(max(lines_of(history), key=len)) <= 64 * 1024 + len(ScrollbackBuffer.LINE_CUT_MARKER)
+
+
+def test_a_row_the_cursor_climbed_to_is_one_screen_row_wide():
+    """Text written on an upper row past :data:`~dsh_terminal_magics.ansi.MAX_ROW_CELLS` would wrap on a
+    terminal: it is dropped, and the row is played into its line when the cursor leaves it and at the end
+    of each chunk (the history shows the row as it is now)."""
+    from dsh_terminal_magics.ansi import MAX_ROW_CELLS
+    normalizer, history = OutputNormalizer(), ScrollbackBuffer()
+    for chunk in (b"top\r\nbottom\r\n", b"\x1b[2A\rTOP" + b"y" * (2 * MAX_ROW_CELLS)):
+        history.append(normalizer.feed(chunk)[0])
+    assert lines_of(history)[0] == "TOP" + "y" * (MAX_ROW_CELLS - 3)  # (played at the chunk's end)
+    history.append(normalizer.feed(b"\x1b[2B\rdone\r\n")[0])
+    assert lines_of(history)[1:] == ["bottom", "done"], lines_of(history)
