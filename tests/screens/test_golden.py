@@ -4,6 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dsh_terminal_magics.mechanism.output import RawRing
 from dsh_terminal_magics.mechanism.screen import RESYNC_BYTES, ScreenModel
@@ -127,3 +129,39 @@ def test_a_catch_up_stops_at_its_time_budget_and_the_next_goes_on(monkeypatch):
             break
     assert calls == -(-len(data) // screen_module.MIN_SLICE)
     assert model.snapshot() == whole.snapshot() and "last" in model.snapshot().lines[4]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["ab", "中文", "é", "e\u0301", "\x1b[2;5H", "\x1b[K", "\x1b[1K", "\x1b[2J",
+                                 "\x1b[J", "\x1b[41m", "\x1b[m", "\r\n", "\x1b[3@", "\x1b[2P", "\x1b[5X", "\b",
+                                 "\x1b[10C", "\x1b[?5h", "\x1b#8", "\x1b[3b", "🙂", "\t", "x" * 30]), max_size=40),
+       st.sampled_from([(5, 12), (3, 7), (24, 80)]))
+def test_the_screen_text_is_what_pyte_displays(pieces, size):
+    """The model renders rows from the cells drawn (pyte's ``display`` looked up every cell of every row:
+    a third of a second for 500x1000, on the loop, at each send that ended on a full screen); the text is
+    what pyte's gives, wide characters included - where pyte's does not fail: a wide character's empty
+    second half left alone (``中\b中``) made it raise IndexError, and the send with it."""
+    from wcwidth import wcwidth
+    model = ScreenModel(*size, 0)
+    model.feed(("\x1b[?1049h" + "".join(pieces)).encode())
+    screen = model.screen
+
+    def pyte_row(y: int) -> str:  # (pyte's Screen.display, with the empty cell it chokes on allowed)
+        out, after_wide = [], False
+        for x in range(screen.columns):
+            if after_wide:
+                after_wide = False
+                continue
+            char = screen.buffer[y][x].data
+            after_wide = bool(char) and wcwidth(char[0]) == 2
+            out.append(char)
+        return "".join(out)
+    assert model.snapshot().lines == tuple(pyte_row(y) for y in range(screen.lines))
+
+
+def test_a_wide_characters_empty_half_does_not_break_the_screen():
+    model = ScreenModel(3, 8, 0)
+    model.feed("\x1b[?1049h中\b文".encode())
+    with pytest.raises(IndexError):
+        model.screen.display  # (pyte's own rendering)
+    assert model.snapshot().lines[0] == "中" + " " * 5  # (pyte's cells: 中, 文 on its second half, an empty one)
