@@ -230,7 +230,7 @@ class ScreenModel:
         """Feed what the ring holds past our offset (up to absolute offset ``until``); True when caught up.
 
         At most ``budget`` bytes and about ``seconds`` of work
-        (:data:`MAX_CATCH_UP_SECONDS` at most); further behind than
+        (:data:`MAX_CATCH_UP_SECONDS` when not given); further behind than
         :data:`RESYNC_BYTES`, restart from the newest :data:`RESYNC_TAIL`
         bytes instead.
         """
@@ -244,7 +244,7 @@ class ScreenModel:
             data = data[cut:]
         if budget is not None and len(data) > budget:
             data = data[:budget]
-        self._feed_for(data, min(seconds, MAX_CATCH_UP_SECONDS) if seconds is not None else MAX_CATCH_UP_SECONDS)
+        self._feed_for(data, MAX_CATCH_UP_SECONDS if seconds is None else seconds)
         return self.offset >= (ring.total if until is None else until)
 
     def _feed_for(self, data: bytes, seconds: float) -> None:

@@ -22,9 +22,10 @@ waiting on the terminal, and drops those nobody will read.
 
 The work is bounded, since what a program prints is untrusted: one chunk of
 output gets at most :data:`MAX_ANSWERS` answers (the PTY's input queue holds
-no more), and after the first query, bringing the screen model up to the
-next ones costs at most :data:`ANSWER_SECONDS` per chunk.  A query past either bound is left
-unanswered, as if lost on a slow line, and counted in ``unanswered``.
+no more), bringing the screen model up to its first query costs at most
+:data:`FIRST_ANSWER_SECONDS`, and up to the next ones at most
+:data:`ANSWER_SECONDS` per chunk.  A query past any bound is left unanswered,
+as if lost on a slow line, and counted in ``unanswered``.
 """
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ MAX_ANSWERS = 64
 #: Most screen-model work (seconds) spent answering one chunk's position and mode queries after its first
 #: (which brings the model up to date, :data:`~.screen.RESYNC_BYTES` of output at most).
 ANSWER_SECONDS = 0.02
+#: Most screen-model work (seconds) spent bringing the model up to a chunk's first query (pyte takes ~2 MB/s
+#: of ordinary output: the largest backlog, :data:`~.screen.RESYNC_BYTES`, well within).
+FIRST_ANSWER_SECONDS = 0.5
 
 _ST = rb"(?:\x07|\x1b\\)"
 _QUERY = re.compile(
@@ -154,10 +158,13 @@ class TerminalReplies:
         as unanswered) when it cannot."""
         if self._screen.offset >= at:
             return True
-        if self._deadline is None:  # the chunk's first such query: whatever the backlog (RESYNC_BYTES at most)
-            self._catch_up(at, None)
+        if self._deadline is None:  # the chunk's first such query: the backlog (RESYNC_BYTES at most)
+            caught_up = self._catch_up(at, FIRST_ANSWER_SECONDS)
             self._deadline = time.monotonic() + ANSWER_SECONDS
-            return True
+            if caught_up:
+                return True
+            self.unanswered += 1  # (an answer from a screen behind the output would be wrong)
+            return False
         left = self._deadline - time.monotonic()
         if left > 0 and self._catch_up(at, left):
             return True

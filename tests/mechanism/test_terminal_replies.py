@@ -110,9 +110,11 @@ def _replies_for_a_bare_screen() -> tuple[TerminalReplies, RawRing, list[int]]:
     return TerminalReplies(screen.model, catch_up, lambda: (24, 80), lambda: False, lambda: False), raw, catch_ups
 
 
-def test_a_flood_of_queries_gets_a_bounded_number_of_answers():
+def test_a_flood_of_queries_gets_a_bounded_number_of_answers(monkeypatch):
     """Output is untrusted: 20,000 cursor-position queries in one chunk must not cost the loop 20,000 screen
     catch-ups (that stalled the kernel's loop for over a second) - the first MAX_ANSWERS are answered."""
+    from dsh_terminal_magics.mechanism import terminal_replies
+    monkeypatch.setattr(terminal_replies, "FIRST_ANSWER_SECONDS", 60.0)  # (see the next test for its bound)
     replies, raw, catch_ups = _replies_for_a_bare_screen()
     chunk = b"ab\x1b[6n" * 20_000
     raw.append(chunk)
@@ -124,6 +126,21 @@ def test_a_flood_of_queries_gets_a_bounded_number_of_answers():
     raw.append(b"\x1b[6n")  # the next chunk is answered again, from the whole 40,000 characters (500 full rows)
     assert replies.scan(b"\x1b[6n", len(chunk)) == b"\x1b[24;80R"
 
+
+
+def test_a_first_query_the_screen_cannot_reach_in_time_is_not_answered(monkeypatch):
+    """Bringing the screen model up to a chunk's first query is bounded too (``FIRST_ANSWER_SECONDS``): past
+    it the query is left unanswered - an answer from a screen behind the output would be wrong - and the
+    next chunk's query, with the screen caught up, is answered again."""
+    from dsh_terminal_magics.mechanism import terminal_replies
+    replies, raw, _ = _replies_for_a_bare_screen()
+    monkeypatch.setattr(terminal_replies, "FIRST_ANSWER_SECONDS", 0.0)
+    chunk = b"ab\r\n" * 5000 + b"xyz\x1b[6n"
+    raw.append(chunk)
+    assert replies.scan(chunk, 0) == b"" and replies.unanswered == 1
+    monkeypatch.setattr(terminal_replies, "FIRST_ANSWER_SECONDS", 60.0)
+    raw.append(b"\x1b[6n")
+    assert replies.scan(b"\x1b[6n", len(chunk)) == b"\x1b[24;4R"
 
 
 def test_a_query_beside_an_exit_marker_is_answered():
