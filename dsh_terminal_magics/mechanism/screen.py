@@ -31,7 +31,7 @@ MIN_SLICE = 64
 #: Most seconds one catch-up works (it runs on the kernel's loop): past it, the model is left behind and
 #: the next catch-up goes on from there.  pyte takes ~2 MB/s of ordinary output, so :data:`RESYNC_BYTES`
 #: of it fits well within; a flood of costly sequences does not hold the loop longer.
-MAX_CATCH_UP_SECONDS = 0.25
+MAX_CATCH_UP_SECONDS = 0.5
 
 @dataclass(frozen=True)
 class ScreenSnapshot:
