@@ -16,7 +16,7 @@ import threading
 import time
 
 from .errors import InvalidArgumentError
-from .vocabulary import COLS_RANGE, ROWS_RANGE
+from .vocabulary import COLS_RANGE, MAX_CONFINED_RECORDING_BYTES, ROWS_RANGE
 
 
 #: Lines waiting for the writer thread; beyond this, events are dropped (and counted), never waited for.
@@ -30,12 +30,16 @@ class CastRecorder:
     session's loop only formats and queues lines; a writer thread of the
     recorder does every write, so a slow disk or a FIFO whose reader never
     reads cannot stall the loop - a full queue drops events (``dropped``).
+    With ``max_bytes``, the file stops growing there: later events are dropped and ``truncated`` is set.
     """
 
-    def __init__(self, fd: int, path: str, rows: int, cols: int, title: str = "") -> None:
+    def __init__(self, fd: int, path: str, rows: int, cols: int, title: str = "",
+                 max_bytes: int | None = None) -> None:
         self.path = path
         self.events = 0
         self.dropped = 0
+        self.truncated = False
+        self._room = max_bytes
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._started = time.monotonic()
         self._lines: queue.Queue[str | None] = queue.Queue(MAX_PENDING_LINES)
@@ -68,8 +72,16 @@ class CastRecorder:
         if self._closed:
             return
         elapsed = round(time.monotonic() - self._started, 6)
+        line = json.dumps([elapsed, kind, data], ensure_ascii=False) + "\n"
+        if self._room is not None:
+            size = len(line.encode("utf-8", "surrogateescape"))
+            if size > self._room:
+                self.truncated = True
+                self.dropped += 1
+                return
+            self._room -= size
         try:
-            self._lines.put_nowait(json.dumps([elapsed, kind, data], ensure_ascii=False) + "\n")
+            self._lines.put_nowait(line)
             self.events += 1
         except queue.Full:
             self.dropped += 1
@@ -107,22 +119,23 @@ def open_recording(path: str, rows: int, cols: int, title: str = "", confine_to:
 
     With ``confine_to`` (recordings a model asks for) the path must be relative,
     without ``..``, inside that directory with no symlink on the way, and a
-    new regular file: an existing file, a FIFO or a device is refused.
+    new regular file: an existing file, a FIFO or a device is refused; the file
+    stops growing at :data:`~.vocabulary.MAX_CONFINED_RECORDING_BYTES`.
     Without it (the notebook user) any path in an existing directory goes; a
     FIFO without a reader is refused instead of waiting for one.
     """
     if confine_to is not None:
         fd, shown = _open_confined(path, confine_to)
-    else:
-        shown = os.path.abspath(os.path.expanduser(path))
-        if not os.path.isdir(os.path.dirname(shown)):
-            raise InvalidArgumentError(f"cannot record to {shown!r}: its directory does not exist; "
-                                       "pick a path in an existing directory")
-        try:
-            fd = os.open(shown, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
-        except OSError as exc:
-            raise InvalidArgumentError(f"cannot record to {shown!r}: {exc.strerror}") from None
-        os.set_blocking(fd, True)
+        return CastRecorder(fd, shown, rows, cols, title, max_bytes=MAX_CONFINED_RECORDING_BYTES)
+    shown = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isdir(os.path.dirname(shown)):
+        raise InvalidArgumentError(f"cannot record to {shown!r}: its directory does not exist; "
+                                   "pick a path in an existing directory")
+    try:
+        fd = os.open(shown, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise InvalidArgumentError(f"cannot record to {shown!r}: {exc.strerror}") from None
+    os.set_blocking(fd, True)
     return CastRecorder(fd, shown, rows, cols, title)
 
 

@@ -27,6 +27,9 @@ JobStatus = Literal["running", "completed", "killed", "failed"]
 MAX_WAIT_SECONDS = 3600.0
 #: Largest text one send may write (bytes).
 MAX_SEND_BYTES = 1024 * 1024
+#: Largest recording a model's ``terminal_record`` writes (bytes): past it the file stops growing (a
+#: program's output flood must not fill the disk under ``recordDir``).  The notebook user's have no cap.
+MAX_CONFINED_RECORDING_BYTES = 64 * 1024 * 1024
 #: Most lines one read returns, and the default page.
 MAX_READ_LINES = 5000
 DEFAULT_READ_LINES = 500

@@ -236,8 +236,9 @@ class SessionManager:
         return rows, cols
 
     async def record(self, owner: object, session_id: str, action: str, path: str | None = None,
-                     confine_to: str | None = None) -> tuple[str, int]:
-        """Start (``action="start"``, ``path``) or stop an asciinema v2 recording; returns (path, events).
+                     confine_to: str | None = None) -> tuple[str, int, bool]:
+        """Start (``action="start"``, ``path``) or stop an asciinema v2 recording; returns (path, events,
+        whether the file stopped growing at its size cap).
 
         ``confine_to``: the directory a recording must stay inside (see
         :func:`~dsh_terminal_magics.asciicast.open_recording`).  The file is
@@ -257,7 +258,7 @@ class SessionManager:
                 _check_not_recording(session)
                 session.check_can_send()
             session.recorder = recorder
-            return recorder.path, 0
+            return recorder.path, 0, False
         if action == "stop":
             stopping, session.recorder = session.recorder, None
             if stopping is None:
@@ -265,7 +266,7 @@ class SessionManager:
                                            "first")
             stopping.close()
             await asyncio.get_running_loop().run_in_executor(None, stopping.wait_written, 5.0)
-            return stopping.path, stopping.events
+            return stopping.path, stopping.events, stopping.truncated
         raise InvalidArgumentError(f"action must be 'start' or 'stop', got {action!r}")
 
     async def list(self, owner: object) -> builtins.list[SessionInfo]:

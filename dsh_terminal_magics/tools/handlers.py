@@ -139,8 +139,9 @@ async def terminal_resize(ctx: ToolContext, a: ResizeArgs, agent: Agent) -> Resi
 
 
 async def terminal_record(ctx: ToolContext, a: RecordArgs, agent: Agent) -> RecordResult:
-    path, events = await ctx.manager.record(agent, a.session_id, a.action, a.path, ctx.recordings(agent))
-    return RecordResult(session_id=a.session_id, action=a.action, path=path, events=events)
+    path, events, truncated = await ctx.manager.record(agent, a.session_id, a.action, a.path,
+                                                       ctx.recordings(agent))
+    return RecordResult(session_id=a.session_id, action=a.action, path=path, events=events, truncated=truncated)
 
 
 Handler = Callable[[ToolContext, Any, Agent], Coroutine[Any, Any, BaseModel]]

@@ -278,6 +278,8 @@ class RecordResult(_Result):
     action: Literal["start", "stop"]
     path: str
     events: int = 0
+    #: The recording stopped growing at its size cap (a model's: ``MAX_CONFINED_RECORDING_BYTES``).
+    truncated: bool = False
 
 
 ARGS: dict[str, type[BaseModel]] = {

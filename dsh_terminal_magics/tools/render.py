@@ -111,6 +111,8 @@ def _record(r: RecordResult, cap: int) -> str:
     meta = [f"sessionId: {r.session_id}", f"recording: {r.action}"]
     if r.action == "stop":
         meta.append(f"events: {r.events}")
+    if r.truncated:
+        meta.append("[truncated: the recording stopped growing at its size cap]")
     return render_capped(meta, r.path, cap)
 
 

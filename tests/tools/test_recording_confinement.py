@@ -65,6 +65,26 @@ def test_a_new_file_inside_is_written(confined):
     assert json.loads(lines[0])["version"] == 2 and stopped.events >= 1 and "inside" in "".join(lines[1:])
 
 
+def test_a_models_recording_stops_growing_at_its_cap(confined, monkeypatch):
+    """A model's recording is capped (``MAX_CONFINED_RECORDING_BYTES``, 64 MiB): a program's flood must not
+    fill the disk under recordDir (300 MB of output made a 306 MB file).  Past the cap events are dropped,
+    the file stays valid, and the stop result says it was cut."""
+    from dsh_terminal_magics import asciicast
+    tools, agent, sid, root = confined
+    monkeypatch.setattr(asciicast, "MAX_CONFINED_RECORDING_BYTES", 64 * 1024)  # (the same rule, smaller)
+    tools.call("terminal_record", {"sessionId": sid, "action": "start", "path": "flood.cast"}, agent=agent)
+    tools.call("terminal_send", {"sessionId": sid, "text": "head -c 2000000 /dev/zero | tr '\\0' x | fold -w 100",
+                                 "timeout": 60}, agent=agent)
+    stopped = tools.call_text("terminal_record", {"sessionId": sid, "action": "stop"}, agent=agent)
+    data = (root / "flood.cast").read_bytes()
+    assert "[truncated: the recording stopped growing at its size cap]" in stopped, stopped
+    assert 32 * 1024 < len(data) <= 64 * 1024, len(data)
+    assert all(json.loads(line) for line in data.decode().splitlines())
+    tools.call("terminal_record", {"sessionId": sid, "action": "start", "path": "small.cast"}, agent=agent)
+    tools.call("terminal_send", {"sessionId": sid, "text": "echo small"}, agent=agent)
+    assert not tools.call("terminal_record", {"sessionId": sid, "action": "stop"}, agent=agent).truncated
+
+
 def test_a_fifo_nobody_reads_never_stalls_the_loop(tmp_path):
     """The notebook user may record to a FIFO: with no reader it is refused at once; with a reader that
     never reads, the session and other agents go on and close returns."""
