@@ -391,9 +391,8 @@ class Session:
                 f"terminal session {self.session_id!r} has exited (status {self.exit_status}): "
                 "read its output with terminal_read, then close it with terminal_close")
         if self.reservation is not None:
-            raise SessionBusyError(
-                f"terminal session {self.session_id!r} is busy: {self.reservation} holds its send reservation; "
-                "wait for it (job_output) or stop it (job_kill), then send again")
+            raise SessionBusyError(f"terminal session {self.session_id!r} is busy: {self.reservation} holds its "
+                                   f"send reservation; {_busy_hint(self.reservation)}, then send again")
 
     def start_send(self, request: SendRequest, holder: str) -> SendOperation:
         """Take the send reservation now and start writing and waiting; returns the operation."""
@@ -489,3 +488,11 @@ class Session:
             except OSError:
                 pass
 
+
+def _busy_hint(holder: str) -> str:
+    """What to do about the send reservation ``holder`` holds ("job j-…", "a foreground send", "start-up")."""
+    if holder.startswith("job "):
+        return f"wait for it (job_output with jobId {holder[4:]!r}) or stop it (job_kill)"
+    if holder == "start-up":
+        return "wait for the session to finish starting"
+    return "wait for that call to return, or stop its command with terminal_signal SIGINT"

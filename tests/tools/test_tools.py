@@ -154,3 +154,20 @@ def test_agent_scope_closes_everything(tools):
             raise RuntimeError("boom")
     assert tools.call("terminal_list", agent=a).root == []
     assert tools.jobs.sync.list(a) == []
+
+
+def test_a_send_beside_a_running_foreground_send_says_what_to_do(tools, agent, shell):
+    """A second send while a foreground send waits is refused; the error names what holds the session and
+    what to do about it (it used to point at job_output and job_kill, which a foreground send has no id for)."""
+    import threading
+
+    from tests.conftest import wait_for
+    first: dict = {}
+    thread = threading.Thread(target=lambda: first.setdefault("r", tools.call(
+        "terminal_send", {"sessionId": shell, "text": "sleep 4; echo done-first", "idle": 30}, agent=agent)))
+    thread.start()
+    wait_for(lambda: "sleep 4" in tools.call("terminal_read", {"sessionId": shell}, agent=agent).text, timeout=20)
+    text = tools.call_text("terminal_send", {"sessionId": shell, "text": "echo second"}, agent=agent)
+    thread.join(30)
+    assert "is busy: a foreground send" in text and "wait for that call to return" in text, text
+    assert "job_output" not in text and "done-first" in first["r"].viewport
