@@ -87,8 +87,10 @@ _INDENTED_LINE = re.compile(r"\n[ \t]+\S")
 class SendRequest:
     """What to write and how long to wait.
 
-    ``text`` is written as is (plus Enter, a CR, when ``submit``), then the
-    named ``keys``.  The wait ends at the first of: the program reads the tty
+    ``text`` is written as is (its CRLF line ends as LF: a CR then an LF
+    were two line ends, an empty command after each line), plus Enter, a
+    CR, when ``submit``, then the named ``keys``.  The wait ends at the
+    first of: the program reads the tty
     again (``stdin_read``), ``idle`` seconds without output
     (``inferred_idle``), ``timeout`` seconds from the start, the write
     included (``timeout``), or the session's process exits
@@ -102,6 +104,10 @@ class SendRequest:
     idle: float = 3.0
     viewport_bytes: int = 1024 * 1024
     keys: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if "\r\n" in self.text:  # (Windows line ends: one line end each, as a terminal pastes them)
+            object.__setattr__(self, "text", self.text.replace("\r\n", "\n"))
 
     def payload(self, application_cursor: bool = False, paste: bool = False, enter: bytes = ENTER) -> bytes:
         """The bytes to write (raises for an unknown key name); ``paste``: the text as a bracketed paste

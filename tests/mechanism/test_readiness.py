@@ -862,3 +862,11 @@ def test_workers_started_during_a_check_are_looked_at(manager, agent, shell, tmp
     wait_for(lambda: manager.loop_thread.call(lambda: probe.waiting_for_input(probe.fence(accept_stale=True)))
              is not None, timeout=20)
     assert "got x" in send(manager, agent, shell, "x").viewport
+
+
+def test_windows_line_ends_in_sent_text_are_one_line_end_each(manager, agent, shell):
+    """Text pasted from a Windows editor ends its lines with CR LF: written as is, the CR entered the line
+    and the LF entered an empty one after it (an extra prompt after each command; in a REPL, an empty line
+    ends a block).  A terminal pastes a CR LF as one line end; so does a send."""
+    r = send(manager, agent, shell, "echo one\r\necho two")
+    assert r.viewport.splitlines() == ["$ echo one", "one", "$ echo two", "two", "$ "], r.viewport
