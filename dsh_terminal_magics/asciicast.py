@@ -48,7 +48,10 @@ class CastRecorder:
                   "env": {"TERM": "xterm-256color", "SHELL": os.environ.get("SHELL", "/bin/bash")}}
         if title:
             header["title"] = title
-        self._lines.put(json.dumps(header) + "\n")
+        first = json.dumps(header) + "\n"
+        self._lines.put(first)
+        if self._room is not None:
+            self._room -= len(first.encode())
         self._writer = threading.Thread(target=self._write_lines, args=(fd,), name="dsh-terminal-recorder",
                                         daemon=True)
         self._writer.start()
@@ -74,17 +77,37 @@ class CastRecorder:
         elapsed = round(time.monotonic() - self._started, 6)
         line = json.dumps([elapsed, kind, data], ensure_ascii=False) + "\n"
         if self._room is not None:
-            size = len(line.encode("utf-8", "surrogateescape"))
-            if size > self._room:
-                self.truncated = True
+            fitted = self._fit(line, elapsed, kind, data)
+            if fitted is None:
                 self.dropped += 1
                 return
-            self._room -= size
+            line = fitted
         try:
             self._lines.put_nowait(line)
             self.events += 1
         except queue.Full:
             self.dropped += 1
+
+    def _fit(self, line: str, elapsed: float, kind: str, data: str) -> str | None:
+        """``line``, or the part of its output that fits the room left (then the recording is cut); None
+        when nothing of it fits."""
+        assert self._room is not None
+        size = len(line.encode("utf-8", "surrogateescape"))
+        if size > self._room:
+            self.truncated = True
+            keep = self._room - (size - len(data))  # (characters of output that may fit: escapes aside)
+            for _ in range(4):  # (JSON escapes may make the cut line too long still: cut more)
+                if kind != "o" or keep <= 0:
+                    return None
+                line = json.dumps([elapsed, kind, data[:keep]], ensure_ascii=False) + "\n"
+                size = len(line.encode("utf-8", "surrogateescape"))
+                if size <= self._room:
+                    break
+                keep -= size - self._room
+            else:
+                return None
+        self._room -= size
+        return line
 
     def output(self, data: bytes) -> None:
         text = self._decoder.decode(data)
