@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -37,6 +38,8 @@ _IOCTL_NR = {"x86_64": 16, "aarch64": 29}
 _DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_ERRNO_EPERM = 0x00050000 | 1
+#: Most host Unix sockets outside the masked directories a sandbox masks one by one (a bind mount each).
+MAX_MASKED_SOCKETS = 4096
 
 
 @dataclass(frozen=True)
@@ -103,12 +106,15 @@ class Sandbox:
         workspace, cwd = os.path.realpath(workspace), os.path.realpath(cwd)
         # What the private /tmp and the masks would hide: the program itself (a venv, this package), a cwd
         # outside the workspace (read-only, before the workspace: an ancestor of it must not cover its bind).
-        for path in _hidden(argv, [] if _within(cwd, workspace) else [cwd], ["/tmp", *masked]):
+        hidden = _hidden(argv, [] if _within(cwd, workspace) else [cwd], ["/tmp", *masked])
+        for path in hidden:
             args += ["--ro-bind", path, path]
         args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", workspace, workspace]
         for path in masked:  # (a workspace above them - the home directory, "/" - must not bring them back)
             if path != workspace and _within(path, workspace):
                 args += ["--tmpfs", path]
+        for path in _host_sockets(["/tmp", *masked], [*hidden, workspace]):  # (last: no bind may bring one back)
+            args += ["--ro-bind", "/dev/null", path]
         args += ["--chdir", cwd, "--"]
         return args + argv, [filter_fd]
 
@@ -119,7 +125,7 @@ def _runtime_directories() -> list[str]:
     ``systemd-run --user`` starts anything, outside the sandbox -, Docker's socket, the system bus) and the
     user's runtime directory wherever ``XDG_RUNTIME_DIR`` puts it (ssh and gpg agents, Wayland); and Jupyter's
     (see :func:`_kernel_connection_directories`).  Each gets an empty ``tmpfs`` in the sandbox.  ``/tmp`` is
-    private already; a socket elsewhere stays reachable."""
+    private already; sockets elsewhere are masked one by one (:func:`_host_sockets`)."""
     found: list[str] = []
     tmp = os.path.realpath("/tmp")
     for path in ("/run", "/var/run", os.environ.get("XDG_RUNTIME_DIR", ""), *_kernel_connection_directories()):
@@ -128,6 +134,46 @@ def _runtime_directories() -> list[str]:
             if not any(_within(real, other) for other in [*found, tmp]):
                 found.append(real)
     return found
+
+
+def _host_sockets(masked: list[str], bound: list[str]) -> list[str]:
+    """The Unix sockets bound on the host to a path the sandbox shows - outside the ``masked`` directories,
+    or in a directory ``bound`` back in -, as the kernel lists them (``/proc/net/unix``): a read-only bind
+    leaves them open to ``connect`` too.  The runtime directories hold most daemons' sockets; these are the
+    rest - a gpg agent in ``~/.gnupg``, ssh's shared connections, Docker Desktop's socket under the home
+    directory, LXD's in ``/var/snap``.  Each gets ``/dev/null`` bound over it in the sandbox (a ``connect``
+    there is refused).  A socket bound after the session opened is not covered."""
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="surrogateescape") as listing:
+            lines = listing.read().splitlines()[1:]
+    except OSError:
+        return []
+    roots = [os.path.realpath(path) for path in masked]
+    shown = [os.path.realpath(path) for path in bound]
+    found: set[str] = set()
+    for line in lines:
+        fields = line.split(None, 7)
+        if len(fields) < 8 or not fields[7].startswith("/"):
+            continue  # (unnamed, or abstract: those are the network namespace's, private to the sandbox)
+        path = os.path.realpath(fields[7])
+        if path in found or not _shown_in_sandbox(path, roots, shown):
+            continue
+        try:
+            if stat.S_ISSOCK(os.lstat(path).st_mode):
+                found.add(path)
+        except (OSError, ValueError):
+            continue  # (gone since it was bound, or a name no file system holds)
+    if len(found) > MAX_MASKED_SOCKETS:
+        raise BackendError(f"the sandbox cannot be set up: the host has {len(found)} Unix sockets outside /run "
+                           f"and /tmp (at most {MAX_MASKED_SOCKETS} can be masked); set sandbox to 'off'")
+    return sorted(found)
+
+
+def _shown_in_sandbox(path: str, masked: list[str], bound: list[str]) -> bool:
+    """Whether ``path`` shows in the sandbox: no ``masked`` directory holds it, or a directory ``bound``
+    back in holds it more closely than any (the deepest mount over a path is the one seen)."""
+    mask = max((len(root) for root in masked if _within(path, root)), default=-1)
+    return mask < 0 or max((len(directory) for directory in bound if _within(path, directory)), default=-1) > mask
 
 
 def _kernel_connection_directories() -> list[str]:

@@ -225,3 +225,46 @@ def _cmdline(pid: int) -> bytes:
             return f.read()
     except OSError:
         return b""
+
+
+def test_unix_sockets_anywhere_on_the_host_are_out_of_reach(sandboxed, tmp_path):
+    """Masking the runtime directories left every other socket reachable: a gpg agent in ``~/.gnupg``, ssh's
+    shared connections, Docker Desktop's socket in the home directory - and one in the workspace.  Every
+    socket bound on the host to a path the sandbox shows is masked; sockets the session binds itself (a
+    tmux server in its /tmp, one in its workspace) work."""
+    home = Path.home() / f".dsh-sandbox-sockets-{os.getpid()}"
+    home.mkdir()
+    work = tmp_path / "workspace-write"
+    work.mkdir()
+    streams = [str(home / "S.gpg-agent"), str(work / "dev-server.sock")]
+    listeners = []
+    try:
+        for path in streams:
+            listener = socket.socket(socket.AF_UNIX)
+            listener.bind(path)
+            listener.listen(1)
+            listeners.append(listener)
+        datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        datagram.bind(str(home / "notify"))
+        listeners.append(datagram)
+        tools, agent, opened, work, send = sandboxed()
+        reach = ("import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]) if sys.argv[2] == 's' "
+                 "else socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b'x', sys.argv[1]); print('reached')")
+        for path, kind in [(streams[0], "s"), (streams[1], "s"), (str(home / "notify"), "d")]:
+            r = send(f"python3 -c \"{reach}\" {path} {kind}; echo rc=$?")
+            assert "rc=1" in r.viewport and "reached" not in r.viewport.replace("print('reached')", ""), r.viewport
+        own = ("import socket, sys; s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1); "
+               "socket.socket(socket.AF_UNIX).connect(sys.argv[1]); print('own', 'socket', 'works')")
+        for path in ("/tmp/own.sock", f"{work}/own.sock"):
+            r = send(f"python3 -c \"{own}\" {path}")
+            assert r.exit_code == 0 and "own socket works" in r.viewport, r.viewport
+        outside = socket.socket(socket.AF_UNIX)  # (the same connect works outside the sandbox)
+        outside.connect(streams[0])
+        outside.close()
+    finally:
+        for listener in listeners:
+            listener.close()
+        for name in ("S.gpg-agent", "notify"):
+            if (home / name).exists():
+                (home / name).unlink()
+        home.rmdir()
