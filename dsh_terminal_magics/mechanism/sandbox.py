@@ -5,7 +5,8 @@ Modes (config ``sandbox``):
 * ``off`` - no sandbox (the default);
 * ``workspace-write`` - the whole file system read-only except the workspace
   (the manager's ``workspace_root``, set by whoever configures the tools - not
-  the ``cwd`` a model asks for) and a private ``/tmp``;
+  the ``cwd`` a model asks for) and a private ``/tmp``; the workspace's git
+  repositories stay read-only (git runs their hooks and config outside);
 * ``read-only`` - no writes at all except the private ``/tmp``.
 
 In both modes the session gets its own pid namespace (its processes cannot
@@ -26,6 +27,7 @@ import struct
 import subprocess
 import sys
 from dataclasses import dataclass
+from itertools import islice
 from typing import Literal
 
 from ..errors import BackendError
@@ -40,6 +42,8 @@ _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_ERRNO_EPERM = 0x00050000 | 1
 #: Most host Unix sockets outside the masked directories a sandbox masks one by one (a bind mount each).
 MAX_MASKED_SOCKETS = 4096
+#: Most entries of the workspace looked at for repositories (``.git``) kept read-only.
+MAX_GIT_LOOKS = 1024
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,9 @@ class Sandbox:
         for path in hidden:
             args += ["--ro-bind", path, path]
         args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", workspace, workspace]
+        if self.mode == "workspace-write":
+            for path in _git_directories(workspace, cwd):
+                args += ["--ro-bind", path, path]
         for path in masked:  # (a workspace above them - the home directory, "/" - must not bring them back)
             if path != workspace and _within(path, workspace):
                 args += ["--tmpfs", path]
@@ -117,6 +124,47 @@ class Sandbox:
             args += ["--ro-bind", "/dev/null", path]
         args += ["--chdir", cwd, "--"]
         return args + argv, [filter_fd]
+
+
+def _git_directories(workspace: str, cwd: str) -> list[str]:
+    """The git repositories' own files in the workspace, which stay read-only in it: git runs what they hold
+    outside the sandbox - a hook written there runs at the user's next commit, a ``core.fsmonitor`` command
+    in a repository's config at their next ``git status``.  Looked for: the ``.git`` of the workspace, of
+    each directory from it down to ``cwd``, and of its subdirectories (a folder of repositories); a ``.git``
+    file (a worktree, a submodule) and the directory it names, when that is in the workspace."""
+    places = {workspace}
+    place = cwd
+    while _within(place, workspace) and place != workspace:
+        places.add(place)
+        place = os.path.dirname(place)
+    try:
+        with os.scandir(workspace) as entries:
+            places.update(entry.path for entry in islice(entries, MAX_GIT_LOOKS) if entry.is_dir(follow_symlinks=False))
+    except OSError:
+        pass
+    found: set[str] = set()
+    for place in places:
+        git = os.path.join(place, ".git")
+        if not os.path.lexists(git):
+            continue
+        found.add(os.path.realpath(git))
+        if os.path.isfile(git):
+            named = _named_git_directory(git)
+            if named is not None and _within(named, workspace) and os.path.isdir(named):
+                found.add(named)
+    return sorted(path for path in found if _within(path, workspace))
+
+
+def _named_git_directory(git_file: str) -> str | None:
+    """The directory a ``.git`` file names (``gitdir: PATH``, relative to the file's directory), or None."""
+    try:
+        with open(git_file, encoding="utf-8", errors="replace") as file:
+            line = file.readline(4096).strip()
+    except OSError:
+        return None
+    if not line.startswith("gitdir:"):
+        return None
+    return os.path.realpath(os.path.join(os.path.dirname(git_file), line[len("gitdir:"):].strip()))
 
 
 def _runtime_directories() -> list[str]:

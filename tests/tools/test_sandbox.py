@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -268,3 +269,26 @@ def test_unix_sockets_anywhere_on_the_host_are_out_of_reach(sandboxed, tmp_path)
             if (home / name).exists():
                 (home / name).unlink()
         home.rmdir()
+
+
+def test_the_workspaces_git_repositories_stay_read_only(sandboxed, tmp_path):
+    """git runs what a repository holds outside the sandbox: a hook a sandboxed session wrote ran at the
+    user's next commit, a ``core.fsmonitor`` command at their next ``git status``.  The repositories of the
+    workspace (its own, its subdirectories', one a ``.git`` file names) are read-only there; the rest of the
+    workspace stays writable and git still reads them."""
+    work = tmp_path / "workspace-write"
+    for repo in (work, work / "app"):
+        repo.mkdir(parents=True)
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (work / "modules" / "lib.git").mkdir(parents=True)
+    (work / "lib").mkdir()
+    (work / "lib" / ".git").write_text("gitdir: ../modules/lib.git\n")
+    tools, agent, opened, work, send = sandboxed()
+    for write in ("echo 'touch ~/pwned' > .git/hooks/pre-commit", "git config core.fsmonitor 'touch ~/pwned'",
+                  "echo x > app/.git/hooks/post-checkout", "echo x > modules/lib.git/config",
+                  "echo 'gitdir: /elsewhere' > lib/.git", "rm -rf app/.git"):
+        r = send(f"{write}; echo rc=$?")
+        assert "rc=0" not in r.viewport and "Read-only file system" in r.viewport, r.viewport
+    assert not (work / ".git" / "hooks" / "pre-commit").exists() and (work / "app" / ".git").is_dir()
+    assert "fsmonitor" not in (work / ".git" / "config").read_text()
+    assert send("echo hi > notes.txt && git status --short").exit_code == 0 and (work / "notes.txt").exists()
