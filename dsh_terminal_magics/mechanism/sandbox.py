@@ -19,6 +19,7 @@ up, opening the session fails with the reason - it never runs unsandboxed.
 """
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import shutil
@@ -91,8 +92,8 @@ class Sandbox:
                                "(Debian/Ubuntu: apt-get install bubblewrap) or turn it off")
         check_bwrap_works(bwrap)
         if self.mode == "off":
-            return [bwrap, "--dev-bind", "/", "/", "--proc", "/proc", "--unshare-pid", "--die-with-parent",
-                    "--chdir", cwd, "--", *argv], []
+            return [bwrap, "--dev-bind", "/", "/", "--proc", "/proc", *_kernel_masks(cwd, workspace),
+                    "--unshare-pid", "--die-with-parent", "--chdir", cwd, "--", *argv], []
         filter_fd = seccomp_filter_fd()
         # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
         # /dev/console): the host's would let the session read and write other sessions' terminals - and
@@ -227,17 +228,55 @@ def _shown_in_sandbox(path: str, masked: list[str], bound: list[str]) -> bool:
 def _kernel_connection_directories() -> list[str]:
     """Where Jupyter keeps kernels' connection files (their ports and signing keys): with the network on, a
     sandboxed session that read this kernel's could run code in it, outside the sandbox."""
-    found: list[str] = []
+    runtime, connection_file = _jupyter_runtime_directory(), _kernel_connection_file()
+    return [path for path in (runtime, connection_file and os.path.dirname(connection_file)) if path]
+
+
+def _jupyter_runtime_directory() -> str | None:
+    """Jupyter's runtime directory: the connection files of the kernels a Jupyter server started, and the
+    server's own files (its URL and token)."""
     try:
         from jupyter_core.paths import jupyter_runtime_dir
-        found.append(jupyter_runtime_dir())
+        return os.path.abspath(jupyter_runtime_dir())
     except Exception:  # (no jupyter_core, or a broken configuration: nothing to mask)
-        pass
+        return None
+
+
+def _kernel_connection_file() -> str | None:
+    """This kernel's connection file, when this process is an IPython kernel."""
     kernel = sys.modules.get("ipykernel.kernelapp")
     app = getattr(kernel, "IPKernelApp", None)
     if app is not None and app.initialized():
-        found.append(os.path.dirname(os.path.abspath(app.instance().abs_connection_file)))
-    return found
+        return os.path.abspath(app.instance().abs_connection_file)
+    return None
+
+
+def _kernel_masks(cwd: str, workspace: str) -> list[str]:
+    """bwrap arguments that hide Jupyter's connection files from a session that shares the kernel's file
+    system and network (containment only): one that read them could run code in a kernel - and there read
+    its secret variables, or call the tools as any agent.  Jupyter's runtime directory gets an empty
+    ``tmpfs`` (its kernels' and servers' files, those written later too), or, when the session works in it
+    or it is ``/tmp`` or ``/``, each such file ``/dev/null``; this kernel's own connection file, wherever it
+    is (``/tmp`` when a ``KernelManager`` started it), ``/dev/null``."""
+    args: list[str] = []
+    cwd, workspace = os.path.realpath(cwd), os.path.realpath(workspace)
+    runtime = _jupyter_runtime_directory()
+    hidden = None
+    if runtime is not None and os.path.isdir(runtime):
+        runtime = os.path.realpath(runtime)
+        if runtime in ("/", os.path.realpath("/tmp")) or _within(cwd, runtime) or _within(workspace, runtime):
+            for pattern in ("kernel-*.json", "jpserver-*", "nbserver-*"):
+                for path in glob.glob(os.path.join(glob.escape(runtime), pattern)):
+                    args += ["--ro-bind", "/dev/null", path]
+        else:
+            args += ["--tmpfs", runtime]
+            hidden = runtime
+    connection_file = _kernel_connection_file()
+    if connection_file is not None and os.path.isfile(connection_file):
+        connection_file = os.path.realpath(connection_file)
+        if hidden is None or not _within(connection_file, hidden):
+            args += ["--ro-bind", "/dev/null", connection_file]
+    return args
 
 
 def _resolver_directories(masked: list[str]) -> list[str]:

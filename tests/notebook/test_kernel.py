@@ -1,11 +1,13 @@
 """A real ipykernel through jupyter_client: idle progress, no hangs, nothing left after shutdown or SIGKILL."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -16,9 +18,9 @@ from tests.conftest import wait_for
 
 
 class Kernel:
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
         self.km = KernelManager(kernel_name="python3")
-        self.km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"], env={**os.environ})
+        self.km.start_kernel(extra_arguments=["--HistoryManager.enabled=False"], env={**os.environ, **(env or {})})
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
@@ -114,3 +116,33 @@ def test_kernel_sigkill_leaves_no_session_process(kernel):
     wait_for(lambda: not any(is_alive(p) for p in pids), timeout=20)
     print(f"abrupt kernel death: all {len(pids)} session processes gone in {time.monotonic() - started:.2f}s",
           file=sys.stderr)
+
+
+def test_an_agents_session_cannot_reach_the_kernel_through_its_connection_files(tmp_path):
+    """With the sandbox off, an agent's session shares the kernel's file system and network: it read the
+    kernel's connection file (ports and signing key), ran code in the kernel and printed its secret variables
+    (it could as well have called the tools as any agent).  The kernel's connection file and Jupyter's runtime
+    directory (every kernel's, the server's token) are hidden from agents' sessions; the notebook user's own
+    sessions still see them."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "jpserver-1.json").write_text('{"token": "server-token-probe"}')
+    kernel = Kernel(env={"JUPYTER_RUNTIME_DIR": str(runtime)})
+    try:
+        key = json.loads(Path(kernel.km.connection_file).read_text())["key"]
+        assert len(key) > 8
+        show = f"cat {kernel.km.connection_file} {runtime}/jpserver-1.json; echo"
+        status, out = kernel.run(f"""
+from dsh_terminal_magics import Agent, TerminalTools
+tools = TerminalTools(user=Agent("notebook user"))
+for owner in (Agent("model"), tools.user):
+    sid = tools.call("terminal_open", {{"type": "shell"}}, agent=owner).session_id
+    print(tools.call("terminal_send", {{"sessionId": sid, "text": {show!r}}}, agent=owner).viewport, "=====")
+tools.shutdown()
+""")
+        assert status == "ok", out
+        agent_view, user_view = out.split("=====")[:2]
+        assert key not in agent_view and "server-token-probe" not in agent_view, agent_view
+        assert key in user_view and "server-token-probe" in user_view, user_view
+    finally:
+        kernel.stop()
