@@ -186,6 +186,32 @@ class _Screen(pyte.Screen):
         answer a secondary DA request as a primary one)."""
 
 
+class _Tolerant:
+    """The screen as the parser calls it: a sequence whose handler fails on its parameters is ignored, as a
+    terminal ignores a sequence it does not know.  pyte passes ``private=True`` to every handler of a ``CSI
+    ?`` sequence and most do not take it: ``mc`` leaving sent ``CSI ? 1001 r`` (XTRESTORE), which reached
+    ``set_margins`` as a ``TypeError`` - and the parser's restart lost the rest of the text fed with it,
+    ``CSI ? 1049 l`` included: the model stayed on the alternate screen and the next program's screen came
+    out blank.  ``draw`` (the hot path, which takes any text) is the screen's own."""
+
+    def __init__(self, screen: pyte.Screen, on_error: Callable[[], None]) -> None:
+        self._screen = screen
+        self._on_error = on_error
+
+    def __getattr__(self, name: str) -> Any:
+        handler = getattr(self._screen, name)
+        if name in ("draw", "debug") or not callable(handler):
+            return handler
+        on_error = self._on_error
+
+        def tolerant(*args: Any, **kwargs: Any) -> None:
+            try:
+                handler(*args, **kwargs)
+            except Exception:  # (what a program prints is untrusted: no sequence may stop the parse)
+                on_error()
+        return tolerant
+
+
 class _Stream(pyte.Stream):
     """pyte's parser, with REP, SU, SD, CHT and CBT (see :class:`_Screen`), and honouring character set
     designations (``ESC ( 0``: DEC line drawing) as xterm does in UTF-8 too.  pyte ignores them in UTF-8 mode
@@ -195,9 +221,13 @@ class _Stream(pyte.Stream):
     csi = {**pyte.Stream.csi, "b": "repeat_character", "S": "scroll_up", "T": "scroll_down", "I": "forward_tab",
            "Z": "back_tab"}
 
-    def __init__(self, screen: pyte.Screen) -> None:
+    def __init__(self, screen: pyte.Screen, on_error: Callable[[], None]) -> None:
+        self._on_error = on_error
         super().__init__(screen)
         self.use_utf8 = False  # (the stream is text we decoded: here the flag only gates the designations)
+
+    def attach(self, screen: pyte.Screen) -> None:
+        super().attach(_Tolerant(screen, self._on_error))
 
     def select_other_charset(self, code: str) -> None:
         """``ESC % G`` would turn the designations off again: our text is always decoded UTF-8."""
@@ -208,7 +238,7 @@ class ScreenModel:
 
     def __init__(self, rows: int, cols: int, offset: int) -> None:
         self.screen = _Screen(cols, rows)
-        self.stream = _Stream(self.screen)
+        self.stream = _Stream(self.screen, self._note_error)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.offset = offset
         self.resyncs = 0
@@ -222,8 +252,11 @@ class ScreenModel:
         try:
             self.stream.feed(text)
         except Exception:
-            self.parser_errors += 1
-            self.stream = _Stream(self.screen)
+            self._note_error()
+            self.stream = _Stream(self.screen, self._note_error)
+
+    def _note_error(self) -> None:
+        self.parser_errors += 1
 
     def catch_up(self, ring: RawRing, budget: int | None = None, seconds: float | None = None,
                  until: int | None = None) -> bool:

@@ -65,6 +65,21 @@ class ScreenTracker:
         """True while a full-screen program owns the terminal (alternate screen or cursor addressing)."""
         return self.alternate or self.drawing_group is not None
 
+    @staticmethod
+    def pieces(data: bytes) -> tuple[bytes, ...]:
+        """``data`` in the pieces to look at one by one (:meth:`split_chunk`, then the normaliser): two when
+        a program leaves the alternate screen in it and goes on drawing the main screen - up to the switch
+        and after it (``dialog``: curses' start-up switches there and back, then it draws by cursor
+        addressing; when both came in one read, the drawing was taken for text) - else one."""
+        if b"\x1b[?" not in data:
+            return (data,)
+        last = None
+        for last in _SCREEN_SWITCH.finditer(data):
+            pass
+        if last is None or last.end() == len(data) or data[last.end() - 1:last.end()] == b"h":
+            return (data,)
+        return data[:last.end()], data[last.end():]
+
     def split_chunk(self, data: bytes, foreground: Callable[[], int], shell_pid: int | None,
                     reads_lines: Callable[[], bool]) -> int:
         """How much of ``data`` (from its start) is a cursor-addressing program's drawing.

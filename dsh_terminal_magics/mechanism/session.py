@@ -260,19 +260,24 @@ class Session:
         self.raw.append(data)
         if self.recorder is not None:
             self.recorder.output(data)
-        drawing = self.screen.split_chunk(data, self.foreground_pgid, self.pid, self.reads_lines)
         replies = self.replies.scan(data, offset)
         if replies:
             self._hold_answers(replies)
+        for piece in self.screen.pieces(data):
+            self._ingest_piece(piece)
+        self.last_output = time.monotonic()
+        self.wake()
+        self.listeners()
+
+    def _ingest_piece(self, data: bytes) -> None:
+        """Into the line history, what of ``data`` the main screen shows as text."""
+        drawing = self.screen.split_chunk(data, self.foreground_pgid, self.pid, self.reads_lines)
         if drawing:  # a cursor-addressing program's drawing stays out of the line history
             self.normalizer.suppressed = True
             self._normalize(data[:drawing])
             self.normalizer.suppressed = False
         if drawing < len(data):
             self._normalize(data[drawing:])
-        self.last_output = time.monotonic()
-        self.wake()
-        self.listeners()
 
     def _normalize(self, data: bytes) -> None:
         text, events = self.normalizer.feed(data)

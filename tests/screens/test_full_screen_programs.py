@@ -187,3 +187,22 @@ def test_flood_inside_a_full_screen_program_with_a_viewport_open(manager, agent,
         assert sum(len(line) for line in manager.sync.read(agent, shell, 0, 5000).lines) < 10_000  # history clean
     finally:
         view.detach()
+
+
+def test_a_drawing_right_after_leaving_the_alternate_screen_is_a_screen(manager, agent, shell):
+    """``dialog`` starts as curses does - the alternate screen on and off again - then draws its box on the
+    main screen by cursor addressing.  When all of it came in one read, the drawing was taken for text: no
+    screen for the model, and a line of ``lqqk x pickx`` in the history (and in the next send's viewport)."""
+    program = ("import os, termios, tty; old = termios.tcgetattr(0); tty.setcbreak(0); "
+               "os.write(1, b'\\x1b[?1049h\\x1b[H\\x1b[2J\\x1b[?1049l\\x1b[?1h\\x1b=\\x1b[H\\x1b[2J"
+               "\\x1b[15;64Hmenu\\x1b[16;64Hitem'); os.read(0, 1); "
+               "termios.tcsetattr(0, termios.TCSADRAIN, old); os.write(1, b'\\x1b[?1l\\x1b>')")
+    for _ in range(3):
+        r = send(manager, agent, shell, f"python3 -c \"{program}\"")
+        assert r.wait_reason == "stdin_read" and r.screen is not None, r
+        rows = r.viewport.splitlines()
+        assert rows[14].strip() == "menu" and rows[15].strip() == "item", rows
+        r = send(manager, agent, shell, "x", submit=False)
+        assert r.screen is None and r.exit_code == 0 and "menu" not in r.viewport, r
+        r = send(manager, agent, shell, "echo next")
+        assert r.viewport.splitlines()[-2:] == ["next", "$ "] and "menu" not in r.viewport, r.viewport

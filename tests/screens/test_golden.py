@@ -165,3 +165,18 @@ def test_a_wide_characters_empty_half_does_not_break_the_screen():
     with pytest.raises(IndexError):
         model.screen.display  # (pyte's own rendering)
     assert model.snapshot().lines[0] == "中" + " " * 5  # (pyte's cells: 中, 文 on its second half, an empty one)
+
+
+def test_a_sequence_the_screen_cannot_apply_loses_nothing_after_it():
+    """pyte passes ``private=True`` to the handler of every ``CSI ?`` sequence and most do not take it: the
+    error restarted the parser and lost the rest of the text fed with it.  ``mc`` leaving sent ``CSI ? 1001
+    r`` (XTRESTORE) just before ``CSI ? 1049 l``: the model stayed on the alternate screen and the next
+    program's screen came out blank.  Each such sequence is ignored, and what follows it is drawn."""
+    from dsh_terminal_magics.mechanism.screen import _Stream
+    for final in sorted(_Stream.csi):
+        model = ScreenModel(10, 40, 0)
+        model.feed(f"\x1b[?1049h\x1b[?1001{final}\x1b[?1049l\x1b[Hkept".encode())
+        assert model.snapshot().lines[0].startswith("kept"), final
+    model = ScreenModel(10, 40, 0)
+    model.feed(b"main\x1b[?1049halt\x1b[?1001r\x1b[?1049l\x1b[2;1Hafter")
+    assert [line.rstrip() for line in model.snapshot().lines[:2]] == ["main", "after"] and model.parser_errors == 1
