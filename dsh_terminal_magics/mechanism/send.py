@@ -8,7 +8,8 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
   once (node, IPython poll their terminal), except while the program may be
   going on by itself: after a send that contained ESC (vim waiting out its
   Esc timeout), or after the program left the alternate screen during this
-  send (a full-screen program shutting down, which may flush pending input).
+  send (a full-screen program shutting down, which may flush pending input) -
+  unless it has printed a prompt of its own on the main screen since.
   Then the wait counts only once it outlasts its timeout (at most
   :data:`TIMED_WAIT_SETTLE`) with no new output.  A timed wait with the keys
   taken and the cursor at the start of a line never counts (node awaiting a
@@ -192,7 +193,9 @@ class SendOperation:
         self.cancel_requested = False
         self.interrupted_at = self.last_interrupt = 0.0
         self.escape_sent = escape_sent
-        self.left_full_screen = False
+        #: Characters of main-screen text written when the program last left the alternate screen during
+        #: this send (None: it did not).
+        self.left_full_screen_at: int | None = None
         self.exit_code: int | None = None
         self.marker_seen = False
         self.bell = False
@@ -493,7 +496,7 @@ class SendOperation:
             # any timed wait (its answers to terminal queries are delivered at a look).
             self._timed_wait = (math.inf, -1)
             return False
-        may_go_on = self.escape_sent or self.left_full_screen
+        may_go_on = self.escape_sent or (self.left_full_screen_at is not None and not self._prompted_since_leaving())
         relayed = self.session.probe is not None and self.session.probe.through_relay
         if not relayed and (timeout == math.inf or not may_go_on):
             return True
@@ -504,6 +507,15 @@ class SendOperation:
             self._timed_wait = (now + settle, written)
             return False
         return now >= self._timed_wait[0]
+
+    def _prompted_since_leaving(self) -> bool:
+        """Whether the program printed text on the main screen since it left the alternate screen and waits
+        with the cursor past it: a prompt of its own (vim's "Press ENTER" after ``:!cmd`` waited out a 1.5 s
+        settle).  A program shutting down prints nothing there (vim restores modes and the cursor only)."""
+        session = self.session
+        left_at = self.left_full_screen_at
+        return left_at is not None and not session.screen.full_screen \
+            and session.scrollback.chars_written > left_at and session.scrollback.cursor_column > 0
 
     def _cursor_at_line_start(self) -> bool:
         """A program that has taken the keys polls its terminal with the cursor at the start of a line of

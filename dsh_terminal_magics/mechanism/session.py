@@ -298,7 +298,7 @@ class Session:
         if events.bells and op is not None:
             op.bell = True
         if self.screen.after_chunk(events) and op is not None:
-            op.left_full_screen = True
+            op.left_full_screen_at = self.scrollback.chars_written
 
     def _exit_codes(self, markers: list[tuple[int, str]]) -> list[int]:
         """The exit codes of the markers our shell set-up printed: those with the session's key.

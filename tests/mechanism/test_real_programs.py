@@ -197,6 +197,23 @@ def test_a_drawing_that_puts_the_keypad_back_has_ended(term):
 
 
 @needs["vim"]
+def test_vims_press_enter_after_a_shell_command_is_a_prompt(term):
+    """``:!cmd`` leaves the alternate screen, runs the command and asks "Press ENTER" in a timed wait: the
+    settle kept for a program shutting down after it left the alternate screen held every such send 1.5 s.
+    A prompt printed on the main screen since leaving ends the wait at once; vim's exit still settles."""
+    r, t = term("vim -u NONE -N -i NONE")
+    assert r.wait_reason == "stdin_read" and r.screen is not None
+    for i in range(3):
+        r, t = term("", submit=False, keys=[*f":!echo bang-{i}", "Enter"])
+        prompt(r, t, "Press ENTER")
+        assert r.screen is None and f"bang-{i}" in r.viewport, r.viewport[-300:]
+        r, t = term("", submit=False, keys=["Enter"])
+        assert r.wait_reason == "stdin_read" and r.screen is not None and t < PROMPT_WITHIN, t
+    term("", submit=False, keys=[*":q!", "Enter"])
+    shell_gets_the_next_command(term)
+
+
+@needs["vim"]
 def test_output_after_vim_is_kept(term):
     for i in range(10):
         r, _ = term("sh -c 'vim -u NONE -c q; echo after-$((6*7))'")
