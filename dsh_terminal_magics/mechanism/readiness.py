@@ -260,6 +260,11 @@ class ReadinessProbe:
                            **{key: stat for key, stat in fence.schedstat.items() if key[0] not in members}}
         return moved
 
+    def waiting_sample(self) -> object:
+        """What the last "waiting" verdict saw of the group (its threads' scheduler stats): equal for two
+        verdicts only if no thread it looked at ran between them."""
+        return self._ready_sample
+
     def unread_input(self) -> int:
         """Bytes written to the tty that no program has read yet (complete lines in canonical mode)."""
         try:

@@ -12,7 +12,7 @@ import copy
 import operator
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import pyte
 from wcwidth import wcwidth
@@ -227,7 +227,7 @@ class _Stream(pyte.Stream):
         self.use_utf8 = False  # (the stream is text we decoded: here the flag only gates the designations)
 
     def attach(self, screen: pyte.Screen) -> None:
-        super().attach(_Tolerant(screen, self._on_error))
+        super().attach(cast(pyte.Screen, _Tolerant(screen, self._on_error)))  # (it acts as the screen)
 
     def select_other_charset(self, code: str) -> None:
         """``ESC % G`` would turn the designations off again: our text is always decoded UTF-8."""

@@ -6,12 +6,13 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
 
 * **timed waits** (``poll``/``select``/``epoll`` with a timeout) are prompts at
   once (node, IPython poll their terminal), except while the program may be
-  going on by itself: after a send that contained ESC (vim waiting out its
-  Esc timeout), or after the program left the alternate screen during this
+  going on by itself: after a send that ended in an open escape (vim waiting
+  out its Esc timeout: see :func:`leaves_escape_open`), or after the program left the alternate screen during this
   send (a full-screen program shutting down, which may flush pending input) -
   unless it has printed a prompt of its own on the main screen since.
   Then the wait counts only once it outlasts its timeout (at most
-  :data:`TIMED_WAIT_SETTLE`) with no new output.  A timed wait with the keys
+  :data:`TIMED_WAIT_SETTLE`) with no new output - or, after an open escape,
+  once the program ran, printed and waits again (it acted on the Esc).  A timed wait with the keys
   taken and the cursor at the start of a line never counts (node awaiting a
   promise polls right after the echo of its line; at a prompt the cursor is
   past it).
@@ -69,6 +70,9 @@ _BUSY_SENDS: "set[SendOperation]" = set()
 FULL_CHECK_EVERY = 1.0
 #: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
 TIMED_WAIT_SETTLE = 1.5
+#: Added to it: a wait first seen as it began ends when the settle does, and a look then could come a hair
+#: before the program wakes (the result showed vim's screen from before its Esc timeout ran out).
+TIMED_WAIT_MARGIN = 0.05
 #: How long a wait seen through a relay must last, without new output, before it counts (seconds): the
 #: command's last output may still sit in the relay's terminal, waiting for the relay to copy it to ours.
 RELAY_SETTLE = 0.01
@@ -82,6 +86,18 @@ MAX_LINE_MODE_LINE = 4095
 #: Bracketed paste (DEC mode 2004): what a terminal puts around pasted text when the program asked for it.
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 _INDENTED_LINE = re.compile(r"\n[ \t]+\S")
+#: The end of input that leaves an escape open: ESC alone, or the start of a CSI or SS3 key code after it.
+_OPEN_ESCAPE = re.compile(rb"\x1b(?:[\[O][0-9;]*)?\Z")
+
+
+def leaves_escape_open(typed: bytes) -> bool:
+    """Whether ``typed`` ends in an escape a program cannot tell apart yet: an Esc key, or the start of a
+    longer key (``ESC [``, ``ESC O``).  The program waits a moment for more (vim's 'ttimeoutlen', up to a
+    second) before it acts on it, the keys still in its own buffer; such a timed wait is no prompt.  An ESC
+    followed by more keys (``Esc :wq Enter``) is told apart at once: every such send in vim waited out a
+    1.5 s settle."""
+    tail = typed[-64:]
+    return b"\x1b" in tail and _OPEN_ESCAPE.search(tail) is not None
 
 
 @dataclass(frozen=True)
@@ -179,7 +195,7 @@ class SendOperation:
     produced since the previous call (never the same text twice).
     """
 
-    def __init__(self, session: "Session", request: SendRequest, payload: bytes, escape_sent: bool) -> None:
+    def __init__(self, session: "Session", request: SendRequest, payload: bytes, escape_open: bool) -> None:
         self.session = session
         self.request = request
         self.payload = payload
@@ -192,7 +208,7 @@ class SendOperation:
         self.deadline = self.started + request.timeout
         self.cancel_requested = False
         self.interrupted_at = self.last_interrupt = 0.0
-        self.escape_sent = escape_sent
+        self.escape_open = escape_open
         #: Characters of main-screen text written when the program last left the alternate screen during
         #: this send (None: it did not).
         self.left_full_screen_at: int | None = None
@@ -202,6 +218,8 @@ class SendOperation:
         self._cursor = session.scrollback.completed_lines + 1
         self._rewrites_seen = session.scrollback.rewrites
         self._timed_wait: tuple[float, int] | None = None
+        #: The program's output so far and what the check saw of it when its timed wait was first seen.
+        self._timed_wait_seen: tuple[int, object] = (-1, None)
         self.fence = Fence()
         #: Writes the rest of a text larger than the PTY takes at once (None otherwise).
         self.task: asyncio.Task[None] | None = None
@@ -496,15 +514,27 @@ class SendOperation:
             # any timed wait (its answers to terminal queries are delivered at a look).
             self._timed_wait = (math.inf, -1)
             return False
-        may_go_on = self.escape_sent or (self.left_full_screen_at is not None and not self._prompted_since_leaving())
+        may_go_on = self.escape_open or (self.left_full_screen_at is not None and not self._prompted_since_leaving())
         relayed = self.session.probe is not None and self.session.probe.through_relay
         if not relayed and (timeout == math.inf or not may_go_on):
             return True
         now = time.monotonic()
-        written = self.session.scrollback.chars_written
+        session = self.session
+        session.drain()  # (what it printed before this wait: its output must not lag the look)
+        written = session.scrollback.chars_written
+        probe = session.probe
+        sample = probe.waiting_sample() if probe is not None else None
+        seen_output, seen_sample = self._timed_wait_seen
+        if self.escape_open and 0 <= seen_output != session.raw.total and sample != seen_sample:
+            # It woke, acted on the Esc and printed (vim's Esc timeout ran out, it redrew), and waits again: a
+            # prompt.  (A full-screen redraw adds nothing to the line history: timed by that alone, the settle
+            # ran on, and under load the result showed the screen from before the Esc.)
+            return True
         if self._timed_wait is None or self._timed_wait[1] != written:
-            settle = min(timeout, TIMED_WAIT_SETTLE) if may_go_on and timeout != math.inf else RELAY_SETTLE
+            settle = min(timeout, TIMED_WAIT_SETTLE) + TIMED_WAIT_MARGIN if may_go_on and timeout != math.inf \
+                else RELAY_SETTLE
             self._timed_wait = (now + settle, written)
+            self._timed_wait_seen = (session.raw.total, sample)
             return False
         return now >= self._timed_wait[0]
 

@@ -214,6 +214,23 @@ def test_vims_press_enter_after_a_shell_command_is_a_prompt(term):
 
 
 @needs["vim"]
+def test_an_esc_followed_by_more_keys_ends_at_vims_prompt(term, tmp_path):
+    """A send ending in Esc leaves vim waiting a moment for the rest of a key (its 'ttimeoutlen'): that timed
+    wait is no prompt, and the result shows the screen after the Esc.  An Esc followed by more keys is told
+    apart at once: ``Esc :w Enter`` waited out the same 1.5 s settle."""
+    r, t = term("vim -u NONE -N -i NONE notes.txt")
+    assert r.wait_reason == "stdin_read" and r.screen is not None
+    r, t = term("", submit=False, keys=["i", *"first", "Esc"])
+    assert r.wait_reason == "stdin_read" and "-- INSERT --" not in r.viewport, r.viewport[-300:]
+    for i in range(3):
+        r, t = term("", submit=False, keys=["o", *f"line {i}", "Esc", *":w", "Enter"])
+        prompt(r, t, "written")
+        assert "-- INSERT --" not in r.viewport and (tmp_path / "notes.txt").read_text().endswith(f"line {i}\n")
+    term("", submit=False, keys=[*":q", "Enter"])
+    shell_gets_the_next_command(term)
+
+
+@needs["vim"]
 def test_output_after_vim_is_kept(term):
     for i in range(10):
         r, _ = term("sh -c 'vim -u NONE -c q; echo after-$((6*7))'")
