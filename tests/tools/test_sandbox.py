@@ -76,6 +76,21 @@ def test_a_cwd_outside_the_workspace_does_not_make_it_writable(sandboxed, cwd):
     assert (work / "inside.txt").read_text() == "in\n"
 
 
+def _listening(paths: list[str]) -> list[socket.socket]:
+    """A Unix stream socket listening at each of ``paths`` (none left open when one fails)."""
+    listeners: list[socket.socket] = []
+    try:
+        for path in paths:
+            listeners.append(socket.socket(socket.AF_UNIX))
+            listeners[-1].bind(path)
+            listeners[-1].listen(1)
+    except OSError:
+        for listener in listeners:
+            listener.close()
+        raise
+    return listeners
+
+
 def test_the_hosts_daemons_sockets_are_out_of_reach(sandboxed, monkeypatch):
     """A read-only bind leaves a Unix socket open to ``connect``: a sandboxed session could reach the D-Bus
     session bus in ``/run/user/UID`` (``systemd-run --user`` runs anything, outside the sandbox), Docker's
@@ -88,11 +103,7 @@ def test_the_hosts_daemons_sockets_are_out_of_reach(sandboxed, monkeypatch):
                                                else [])
     listeners = []
     try:
-        for path in paths:
-            listener = socket.socket(socket.AF_UNIX)
-            listener.bind(path)
-            listener.listen(1)
-            listeners.append(listener)
+        listeners += _listening(paths)
         tools, agent, opened, work, send = sandboxed()
         connect = "import socket, sys; socket.socket(socket.AF_UNIX).connect(sys.argv[1]); print('connected')"
         for path in paths:
@@ -240,11 +251,7 @@ def test_unix_sockets_anywhere_on_the_host_are_out_of_reach(sandboxed, tmp_path)
     streams = [str(home / "S.gpg-agent"), str(work / "dev-server.sock")]
     listeners = []
     try:
-        for path in streams:
-            listener = socket.socket(socket.AF_UNIX)
-            listener.bind(path)
-            listener.listen(1)
-            listeners.append(listener)
+        listeners += _listening(streams)
         datagram = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         datagram.bind(str(home / "notify"))
         listeners.append(datagram)
