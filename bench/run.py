@@ -201,6 +201,7 @@ class TwoThreadFloor:
         self.bell = os.eventfd(0, os.EFD_NONBLOCK)
         self.job: tuple[bytes, threading.Lock] | None = None
         self.closing = False
+        self.output_seen = False
         self.syscall = os.open(f"/proc/{self.pid}/syscall", os.O_RDONLY)
         self.schedstat = os.open(f"/proc/{self.pid}/task/{self.pid}/schedstat", os.O_RDONLY)
         self.unread = lambda: struct.unpack("i", fcntl.ioctl(self.slave, termios.TIOCINQ, b"\0" * 4))[0]
@@ -210,6 +211,8 @@ class TwoThreadFloor:
         self.round_trip("")  # (the first prompt)
 
     def _waiting(self, fence: bytes) -> bool:
+        if not fence and not self.output_seen:
+            return False  # (the first prompt: not printed yet)
         before = os.pread(self.schedstat, 100, 0)
         if before == fence:
             return False  # (it has not run on our input yet)
@@ -226,7 +229,9 @@ class TwoThreadFloor:
                 if fd == self.bell:
                     os.eventfd_read(self.bell)
                     if self.job is not None:
-                        fence = os.pread(self.schedstat, 100, 0)
+                        # (the first prompt: no input to fence - the program may be at it already, and then it
+                        # never runs again: the first round trip waited for it for ever)
+                        fence = os.pread(self.schedstat, 100, 0) if self.job[0] else b""
                         os.write(self.fd, self.job[0])
                 else:
                     self._drain()
@@ -237,8 +242,11 @@ class TwoThreadFloor:
 
     def _drain(self) -> None:
         try:
-            while len(os.read(self.fd, 65536)) == 65536:
-                pass
+            while True:
+                size = len(os.read(self.fd, 65536))
+                self.output_seen = self.output_seen or size > 0
+                if size < 65536:
+                    break
         except OSError:
             pass
 
