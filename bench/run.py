@@ -292,7 +292,8 @@ class TmuxPolling:
         line = f"echo {marker}" if self.kind == "shell" else f"print('{marker}')"
         subprocess.run(["tmux", "send-keys", "-t", self.name, line, "Enter"], check=True)
         wait = self.first
-        while True:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
             if wait:
                 time.sleep(wait)
             pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True,
@@ -300,6 +301,7 @@ class TmuxPolling:
             if re.search(rf"^{marker}$", pane, re.M):
                 return
             wait = self.poll
+        raise RuntimeError(f"tmux baseline: {marker!r} did not show in its pane within 30 s")
 
     def close(self) -> None:
         subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
