@@ -257,7 +257,8 @@ class TwoThreadFloor:
         done.acquire()
         self.job = ((text + "\r").encode() if text else b"", done)
         os.eventfd_write(self.bell, 1)
-        done.acquire()
+        if not done.acquire(timeout=30):
+            raise RuntimeError(f"two-thread floor: no prompt after {text!r} within 30 s")
 
     def close(self) -> None:
         self.closing = True
