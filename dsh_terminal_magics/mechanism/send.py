@@ -7,15 +7,15 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
 * **timed waits** (``poll``/``select``/``epoll`` with a timeout) are prompts at
   once (node, IPython poll their terminal), except while the program may be
   going on by itself: after a send that ended in an open escape (vim waiting
-  out its Esc timeout: see :func:`leaves_escape_open`), or after the program left the alternate screen during this
-  send (a full-screen program shutting down, which may flush pending input) -
-  unless it has printed a prompt of its own on the main screen since.
-  Then the wait counts only once it outlasts its timeout (at most
-  :data:`TIMED_WAIT_SETTLE`) with no new output - or, after an open escape,
-  once the program ran, printed and waits again (it acted on the Esc).  A timed wait with the keys
-  taken and the cursor at the start of a line never counts (node awaiting a
-  promise polls right after the echo of its line; at a prompt the cursor is
-  past it).
+  out its Esc timeout: see :func:`leaves_escape_open`), or after the program
+  left the alternate screen during this send (a full-screen program shutting
+  down, which may flush pending input) - unless it has printed a prompt of its
+  own on the main screen since.  Then the wait counts only once it outlasts its
+  timeout (at most :data:`TIMED_WAIT_SETTLE`) with no new output - or, after an
+  open escape, once the program ran, printed and waits again (it acted on the
+  Esc).  A timed wait with the keys taken and the cursor at the start of a line
+  never counts (node awaiting a promise polls right after the echo of its line;
+  at a prompt the cursor is past it).
 * **events, then a backed-off tick**: checks run right after output arrives (in
   the loop turn that reads it) and right after a process of the foreground
   group exits (a pidfd per member: ``sleep 0.2; cat`` is seen as soon as
