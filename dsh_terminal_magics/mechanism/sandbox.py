@@ -5,8 +5,9 @@ Modes (config ``sandbox``):
 * ``off`` - no sandbox (the default);
 * ``workspace-write`` - the whole file system read-only except the workspace
   (the manager's ``workspace_root``, set by whoever configures the tools - not
-  the ``cwd`` a model asks for) and a private ``/tmp``; the workspace's git
-  repositories stay read-only (git runs their hooks and config outside);
+  the ``cwd`` a model asks for) and a private ``/tmp``; the workspace's
+  repositories (``.git``, ``.hg``, ``.jj``) stay read-only (version control
+  runs their hooks and config outside);
 * ``read-only`` - no writes at all except the private ``/tmp``.
 
 In both modes the session gets its own pid namespace (its processes cannot
@@ -43,8 +44,8 @@ _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_ERRNO_EPERM = 0x00050000 | 1
 #: Most host Unix sockets outside the masked directories a sandbox masks one by one (a bind mount each).
 MAX_MASKED_SOCKETS = 4096
-#: Most entries of the workspace looked at for repositories (``.git``) kept read-only.
-MAX_GIT_LOOKS = 1024
+#: Most entries of the workspace looked at for repositories (``.git``, ``.hg``, ``.jj``) kept read-only.
+MAX_REPOSITORY_LOOKS = 1024
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class Sandbox:
             args += ["--ro-bind", path, path]
         args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", workspace, workspace]
         if self.mode == "workspace-write":
-            for path in _git_directories(workspace, cwd):
+            for path in _repository_directories(workspace, cwd):
                 args += ["--ro-bind", path, path]
         for path in masked:  # (a workspace above them - the home directory, "/" - must not bring them back)
             if path != workspace and _within(path, workspace):
@@ -127,12 +128,17 @@ class Sandbox:
         return args + argv, [filter_fd]
 
 
-def _git_directories(workspace: str, cwd: str) -> list[str]:
-    """The git repositories' own files in the workspace, which stay read-only in it: git runs what they hold
-    outside the sandbox - a hook written there runs at the user's next commit, a ``core.fsmonitor`` command
-    in a repository's config at their next ``git status``.  Looked for: the ``.git`` of the workspace, of
-    each directory from it down to ``cwd``, and of its subdirectories (a folder of repositories); a ``.git``
-    file (a worktree, a submodule) and the directory it names, when that is in the workspace."""
+#: The directories where version control keeps a repository's own files, hooks and config among them.
+_REPOSITORY_DIRECTORIES = (".git", ".hg", ".jj")
+
+
+def _repository_directories(workspace: str, cwd: str) -> list[str]:
+    """The repositories' own files in the workspace, which stay read-only in it: version control runs what
+    they hold outside the sandbox - a git hook written there runs at the user's next commit, a
+    ``core.fsmonitor`` command in a repository's config at their next ``git status`` (Mercurial's hooks and
+    jj's configured commands alike).  Looked for: the ``.git``, ``.hg`` and ``.jj`` of the workspace, of each
+    directory from it down to ``cwd``, and of its subdirectories (a folder of repositories); a ``.git`` file
+    (a worktree, a submodule) and the directory it names, when that is in the workspace."""
     places = {workspace}
     place = cwd
     while _within(place, workspace) and place != workspace:
@@ -140,16 +146,17 @@ def _git_directories(workspace: str, cwd: str) -> list[str]:
         place = os.path.dirname(place)
     try:
         with os.scandir(workspace) as entries:
-            places.update(entry.path for entry in islice(entries, MAX_GIT_LOOKS) if entry.is_dir(follow_symlinks=False))
+            places.update(entry.path for entry in islice(entries, MAX_REPOSITORY_LOOKS)
+                          if entry.is_dir(follow_symlinks=False))
     except OSError:
         pass
     found: set[str] = set()
-    for place in places:
-        git = os.path.join(place, ".git")
+    for place, name in ((place, name) for place in places for name in _REPOSITORY_DIRECTORIES):
+        git = os.path.join(place, name)
         if not os.path.lexists(git):
             continue
         found.add(os.path.realpath(git))
-        if os.path.isfile(git):
+        if name == ".git" and os.path.isfile(git):
             named = _named_git_directory(git)
             if named is not None and _within(named, workspace) and os.path.isdir(named):
                 found.add(named)

@@ -280,9 +280,9 @@ def test_unix_sockets_anywhere_on_the_host_are_out_of_reach(sandboxed, tmp_path)
 
 def test_the_workspaces_git_repositories_stay_read_only(sandboxed, tmp_path):
     """git runs what a repository holds outside the sandbox: a hook a sandboxed session wrote ran at the
-    user's next commit, a ``core.fsmonitor`` command at their next ``git status``.  The repositories of the
-    workspace (its own, its subdirectories', one a ``.git`` file names) are read-only there; the rest of the
-    workspace stays writable and git still reads them."""
+    user's next commit, a ``core.fsmonitor`` command at their next ``git status`` (Mercurial's hooks alike).
+    The repositories of the workspace (its own, its subdirectories', one a ``.git`` file names, a ``.hg``)
+    are read-only there; the rest of the workspace stays writable and git still reads them."""
     work = tmp_path / "workspace-write"
     for repo in (work, work / "app"):
         repo.mkdir(parents=True)
@@ -290,10 +290,12 @@ def test_the_workspaces_git_repositories_stay_read_only(sandboxed, tmp_path):
     (work / "modules" / "lib.git").mkdir(parents=True)
     (work / "lib").mkdir()
     (work / "lib" / ".git").write_text("gitdir: ../modules/lib.git\n")
+    (work / "hg" / ".hg").mkdir(parents=True)
     tools, agent, opened, work, send = sandboxed()
     for write in ("echo 'touch ~/pwned' > .git/hooks/pre-commit", "git config core.fsmonitor 'touch ~/pwned'",
                   "echo x > app/.git/hooks/post-checkout", "echo x > modules/lib.git/config",
-                  "echo 'gitdir: /elsewhere' > lib/.git", "rm -rf app/.git"):
+                  "echo 'gitdir: /elsewhere' > lib/.git", "rm -rf app/.git",
+                  "printf '[hooks]\\npre-status = touch ~/pwned\\n' > hg/.hg/hgrc"):
         r = send(f"{write}; echo rc=$?")
         assert "rc=0" not in r.viewport and "Read-only file system" in r.viewport, r.viewport
     assert not (work / ".git" / "hooks" / "pre-commit").exists() and (work / "app" / ".git").is_dir()
