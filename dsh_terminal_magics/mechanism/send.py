@@ -6,16 +6,17 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
 
 * **timed waits** (``poll``/``select``/``epoll`` with a timeout) are prompts at
   once (node, IPython poll their terminal), except while the program may be
-  going on by itself: after a send that ended in an open escape (vim waiting
-  out its Esc timeout: see :func:`leaves_escape_open`), or after the program
-  left the alternate screen during this send (a full-screen program shutting
-  down, which may flush pending input) - unless it has printed a prompt of its
-  own on the main screen since.  Then the wait counts only once it outlasts its
-  timeout (at most :data:`TIMED_WAIT_SETTLE`) with no new output - or, after an
-  open escape, once the program ran, printed and waits again (it acted on the
-  Esc).  A timed wait with the keys taken and the cursor at the start of a line
-  never counts (node awaiting a promise polls right after the echo of its line;
-  at a prompt the cursor is past it).
+  going on by itself: after a send that contained ESC (vim waiting out its Esc
+  timeout; vim shutting down after ``i text Esc :wq Enter`` typed ahead while it
+  started, which waits for its queries' answers and then flushes input), or
+  after the program left the alternate screen during this send (a full-screen
+  program shutting down, which may flush pending input) - unless it has printed
+  a prompt of its own on the main screen since.  Then the wait counts only once
+  it outlasts its timeout (at most :data:`TIMED_WAIT_SETTLE`) with no new
+  output - or, after an ESC, once the program ran, printed and waits again (it
+  acted on the Esc).  A timed wait with the keys taken and the cursor at the
+  start of a line never counts (node awaiting a promise polls right after the
+  echo of its line; at a prompt the cursor is past it).
 * **events, then a backed-off tick**: checks run right after output arrives (in
   the loop turn that reads it) and right after a process of the foreground
   group exits (a pidfd per member: ``sleep 0.2; cat`` is seen as soon as
@@ -86,20 +87,6 @@ MAX_LINE_MODE_LINE = 4095
 #: Bracketed paste (DEC mode 2004): what a terminal puts around pasted text when the program asked for it.
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 _INDENTED_LINE = re.compile(r"\n[ \t]+\S")
-#: The end of input that leaves an escape open: ESC alone, or the start of a CSI or SS3 key code after it.
-_OPEN_ESCAPE = re.compile(rb"\x1b(?:[\[O][0-9;]*)?\Z")
-
-
-def leaves_escape_open(typed: bytes) -> bool:
-    """Whether ``typed`` ends in an escape a program cannot tell apart yet: an Esc key, or the start of a
-    longer key (``ESC [``, ``ESC O``).  The program waits a moment for more (vim's 'ttimeoutlen', up to a
-    second) before it acts on it, the keys still in its own buffer; such a timed wait is no prompt.  An ESC
-    followed by more keys (``Esc :wq Enter``) is told apart at once: every such send in vim waited out a
-    1.5 s settle."""
-    tail = typed[-64:]
-    return b"\x1b" in tail and _OPEN_ESCAPE.search(tail) is not None
-
-
 @dataclass(frozen=True)
 class SendRequest:
     """What to write and how long to wait.
@@ -195,7 +182,7 @@ class SendOperation:
     produced since the previous call (never the same text twice).
     """
 
-    def __init__(self, session: "Session", request: SendRequest, payload: bytes, escape_open: bool) -> None:
+    def __init__(self, session: "Session", request: SendRequest, payload: bytes, escape_sent: bool) -> None:
         self.session = session
         self.request = request
         self.payload = payload
@@ -208,7 +195,7 @@ class SendOperation:
         self.deadline = self.started + request.timeout
         self.cancel_requested = False
         self.interrupted_at = self.last_interrupt = 0.0
-        self.escape_open = escape_open
+        self.escape_sent = escape_sent
         #: Characters of main-screen text written when the program last left the alternate screen during
         #: this send (None: it did not).
         self.left_full_screen_at: int | None = None
@@ -514,7 +501,7 @@ class SendOperation:
             # any timed wait (its answers to terminal queries are delivered at a look).
             self._timed_wait = (math.inf, -1)
             return False
-        may_go_on = self.escape_open or (self.left_full_screen_at is not None and not self._prompted_since_leaving())
+        may_go_on = self.escape_sent or (self.left_full_screen_at is not None and not self._prompted_since_leaving())
         relayed = self.session.probe is not None and self.session.probe.through_relay
         if not relayed and (timeout == math.inf or not may_go_on):
             return True
@@ -525,7 +512,7 @@ class SendOperation:
         probe = session.probe
         sample = probe.waiting_sample() if probe is not None else None
         seen_output, seen_sample = self._timed_wait_seen
-        if self.escape_open and 0 <= seen_output != session.raw.total and sample != seen_sample:
+        if self.escape_sent and 0 <= seen_output != session.raw.total and sample != seen_sample:
             # It woke, acted on the Esc and printed (vim's Esc timeout ran out, it redrew), and waits again: a
             # prompt.  (A full-screen redraw adds nothing to the line history: timed by that alone, the settle
             # ran on, and under load the result showed the screen from before the Esc.)

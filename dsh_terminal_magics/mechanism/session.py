@@ -27,8 +27,7 @@ from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker
-from .send import (LINE_FEED, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult,
-                   leaves_escape_open)
+from .send import LINE_FEED, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
 from .terminal_replies import HeldAnswers, TerminalReplies
 
 
@@ -403,34 +402,33 @@ class Session:
     def start_send(self, request: SendRequest, holder: str) -> SendOperation:
         """Take the send reservation now and start writing and waiting; returns the operation."""
         self.check_can_send()
-        payload, escape_open = self._payload(request)  # may refuse bad input: before any change
+        payload, escape_sent = self._payload(request)  # may refuse bad input: before any change
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self.write_now(payload[:4096]) if payload else 0  # the program starts on it at once
         if payload:
             self._typed_since_prompt = True
-        op = SendOperation(self, request, payload, escape_open)  # (its output is read only after this returns)
+        op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
         self.reservation = holder
         self.operation = op
         op.start(fence, written)
         return op
 
     def _payload(self, request: SendRequest) -> tuple[bytes, bool]:
-        """The bytes to write for ``request``, and whether what the caller sent ends in an open escape (see
-        :func:`leaves_escape_open`; the paste brackets are ours): pasted or ending in a line feed when the
-        program needs it (:meth:`SendRequest.wants_paste`, :meth:`SendRequest.types_ahead`).  Raises for a
-        bad key, or a line too long for a line-mode reader."""
+        """The bytes to write for ``request``, and whether the caller sent an ESC (the paste brackets are
+        ours): pasted or ending in a line feed when the program needs it (:meth:`SendRequest.wants_paste`,
+        :meth:`SendRequest.types_ahead`).  Raises for a bad key, or a line too long for a line-mode reader."""
         screen = self.screen
         typed = request.payload(screen.application_cursor)
         if len(typed) > MAX_LINE_MODE_LINE and self.probe is not None and self.probe.reads_lines():
             request.check_lines_fit_line_mode()  # (not when the mode is unknown: a refusal must be sure)
-        escape_open = leaves_escape_open(typed)
+        escape_sent = b"\x1b" in typed
         if screen.full_screen:
-            return typed, escape_open
+            return typed, escape_sent
         if screen.bracketed_paste and request.wants_paste():
-            return request.payload(screen.application_cursor, paste=True), escape_open
+            return request.payload(screen.application_cursor, paste=True), escape_sent
         if request.types_ahead():
-            return request.payload(screen.application_cursor, enter=LINE_FEED), escape_open
-        return typed, escape_open
+            return request.payload(screen.application_cursor, enter=LINE_FEED), escape_sent
+        return typed, escape_sent
 
     def release(self, op: SendOperation, result: "SendResult | None") -> None:
         """The send ``op`` has finished (with ``result``, None when it failed): give up the reservation."""
