@@ -151,13 +151,12 @@ def _repository_directories(workspace: str, cwd: str) -> list[str]:
     except OSError:
         pass
     found: set[str] = set()
-    for place, name in ((place, name) for place in places for name in _REPOSITORY_DIRECTORIES):
-        git = os.path.join(place, name)
-        if not os.path.lexists(git):
+    for repository in (os.path.join(place, name) for place in places for name in _REPOSITORY_DIRECTORIES):
+        if not os.path.lexists(repository):
             continue
-        found.add(os.path.realpath(git))
-        if name == ".git" and os.path.isfile(git):
-            named = _named_git_directory(git)
+        found.add(os.path.realpath(repository))
+        if repository.endswith("/.git") and os.path.isfile(repository):  # (it names the repository's directory)
+            named = _named_git_directory(repository)
             if named is not None and _within(named, workspace) and os.path.isdir(named):
                 found.add(named)
     return sorted(path for path in found if _within(path, workspace))

@@ -87,6 +87,8 @@ MAX_LINE_MODE_LINE = 4095
 #: Bracketed paste (DEC mode 2004): what a terminal puts around pasted text when the program asked for it.
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
 _INDENTED_LINE = re.compile(r"\n[ \t]+\S")
+
+
 @dataclass(frozen=True)
 class SendRequest:
     """What to write and how long to wait.
