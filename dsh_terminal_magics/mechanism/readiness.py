@@ -178,6 +178,8 @@ class ReadinessProbe:
         self._outside_found: list[int] = []
         #: Whether the last "waiting" verdict was seen through a relay (its output may still be in transit).
         self.through_relay = False
+        #: Whether it was a relay's own wait, one that kept our input (see :meth:`_relayed_state`).
+        self.kept_by_relay = False
         self._timeout = 0.0
         self._group_cache: tuple[int, list[int]] | None = None
         #: The foreground group and the scheduler stats of every thread the last check looked at.
@@ -303,7 +305,7 @@ class ReadinessProbe:
         self._outside = []
         self.tty_readers = []
         self._too_big = False
-        self.through_relay = False
+        self.through_relay = self.kept_by_relay = False
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
             leader = self._stat(pgid, pgid)
             if leader is not None and leader.state in "RD":
@@ -553,34 +555,29 @@ class ReadinessProbe:
         raw = self._files.read(path)
         return None if raw is None else raw.decode("ascii", "replace")
 
-    def _group_verdict(self, pids: list[int], fence: Fence) -> bool | None:
-        """True: someone reads the tty freshly and nobody runs; False: not ready; None: nobody seen."""
-        state = self._group_state(pids, fence)
-        return None if state is None else state == "tty"
-
     def _group_state(self, pids: list[int], fence: Fence) -> str | None:
-        """``"tty"``: someone reads the tty freshly and nobody runs; ``"busy"``: someone runs, or waits in a
-        way that is not a fresh prompt; ``"idle"``: everyone is asleep on something else; None: nobody seen."""
+        """``"tty"``: someone reads the tty freshly and nobody runs; ``"stale"``: nobody runs, and whoever reads
+        the tty has waited since before the fence (our input has not reached them); ``"busy"``: someone runs,
+        or waits in a way that says nothing; ``"idle"``: everyone is asleep on something else; None: nobody
+        seen."""
         self._too_big = self._too_big_to_look_into(pids)
         if self._too_big:
             return "busy"
-        reading = False
-        seen = False
+        found: set[str] = set()
         for pid in pids:
             for tid in self._threads(pid):
                 state = self._thread_state(pid, tid, fence)
-                if state is None:
-                    continue
-                seen = True
                 if state == "running":
                     self.running_thread = (pid, tid)
                 if state in ("busy", "running"):
                     return "busy"
-                if state == "tty":
-                    reading = True
-        if not seen:
+                if state is not None:
+                    found.add(state)
+        if not found:
             return None
-        return "tty" if reading else "idle"
+        if "stale" in found:
+            return "busy" if "tty" in found else "stale"
+        return "tty" if "tty" in found else "idle"
 
     def _outside_reader(self, members: list[int], fence: Fence) -> str:
         """``"tty"`` when a process the session runs outside the foreground group (``pinentry`` under
@@ -629,8 +626,9 @@ class ReadinessProbe:
         return "tty" if self._outside else "idle"
 
     def _thread_state(self, pid: int, tid: int, fence: Fence) -> str | None:
-        """``"tty"`` (fresh read wait on our tty), ``"running"`` (on a CPU, or ran while sampled), ``"busy"``
-        (not waiting for us: a stale wait, or unknown), ``"idle"``, or None (gone).
+        """``"tty"`` (fresh read wait on our tty), ``"stale"`` (a read wait on it from before the fence),
+        ``"running"`` (on a CPU, or ran while sampled), ``"busy"`` (not waiting for us: unknown), ``"idle"``, or
+        None (gone).
 
         Every thread looked at goes into the check's sample (see :meth:`unchanged_since_last_check`): with
         its scheduler stats when the look found it settled, else with :data:`_UNSETTLED`, which no later
@@ -662,51 +660,71 @@ class ReadinessProbe:
             return "idle" if stat.state == "t" else "busy"
         if not waits_on_tty:
             return "idle"
-        if self._masters and self._relay_depth < MAX_RELAY_DEPTH:
-            self._timeout = timeout_before  # the relay's own wait says nothing: the inner one's timeout counts
-            return self._relayed_state(pid, self._masters, fence)
         fresh = fence.accept_stale or fence.schedstat.get((pid, tid)) != after
+        if self._masters and self._relay_depth < MAX_RELAY_DEPTH:
+            own_timeout, self._timeout = self._timeout, timeout_before  # (the inner wait's timeout counts)
+            state = self._relayed_state(pid, self._masters, fence)
+            if state != "kept":
+                return state
+            if not fresh:
+                return "stale"
+            # It took our input and nothing behind it has run since: it kept the input, and its own wait is
+            # the prompt (settled a while: input it did pass on may be on its way to its command still).
+            self._timeout, self.kept_by_relay = own_timeout, True
         if fresh:
             self.tty_readers.append(pid)
-        return "tty" if fresh else "busy"
+        return "tty" if fresh else "stale"
 
     def _relayed_state(self, relay: int, masters: list[int], fence: Fence) -> str:
         """A relay's thread state is its command's: ``"tty"`` when the inner terminal's foreground group waits
-        for input on it (by the same rules, fences included), else ``"busy"`` - also when that terminal or its
-        group cannot be found: a relay waits on our tty whatever its command does."""
-        inner = self._inner_terminal(relay, masters)
-        if inner is None:
+        for input on it (by the same rules, fences included, the others' waiting from before it); ``"kept"`` when
+        every inner terminal's group
+        waits on it from before the fence (nothing reached them: a program with terminals of its own, as
+        ``mc``'s subshell or an editor's terminal window, that took our input for itself); else ``"busy"`` -
+        also when an inner terminal or its group cannot be found: a relay waits on our tty whatever its
+        command does."""
+        inner = self._inner_terminals(relay, masters)
+        if not inner:
             return "busy"
-        terminal, members = inner
-        self._relayed.extend(members)
-        outer, self._terminal = self._terminal, terminal
-        self._relay_depth += 1
-        try:
-            verdict = self._group_verdict(members, fence)
-        finally:
-            self._terminal = outer
-            self._relay_depth -= 1
-        if verdict is True:
+        states = []
+        for terminal, members in inner:
+            self._relayed.extend(members)
+            outer, self._terminal = self._terminal, terminal
+            self._relay_depth += 1
+            try:
+                states.append(self._group_state(members, fence))
+            finally:
+                self._terminal = outer
+                self._relay_depth -= 1
+        if not set(states) <= {"tty", "stale"}:
+            return "busy"
+        if "tty" in states:  # (the one our input reached waits again; the others never had it)
             self.through_relay = True
             return "tty"
-        return "busy"
+        return "kept"
 
-    def _inner_terminal(self, relay: int, masters: list[int]) -> tuple[_Terminal, list[int]] | None:
-        """The terminal behind ``relay``'s PTY master and the members of its foreground group, found among
-        the processes under the relay: those in another session whose controlling terminal it is."""
-        indexes = {self._tty_index(relay, fd) for fd in masters} - {None}
+    def _inner_terminals(self, relay: int, masters: list[int]) -> list[tuple[_Terminal, list[int]]] | None:
+        """The terminals behind ``relay``'s PTY masters, each with the members of its foreground group, found
+        among the processes under the relay: those in another session whose controlling terminal it is.
+        None when any of them cannot be found."""
+        indexes = {self._tty_index(relay, fd) for fd in masters}
         relay_stat = self._stat(relay)
-        if len(indexes) != 1 or relay_stat is None:
+        if None in indexes or relay_stat is None:
             return None
-        index = indexes.pop()
         under = [(pid, stat) for pid in self._descendants(relay) if (stat := self._stat(pid)) is not None
                  and not stat.gone]
-        on_it = [stat for _, stat in under if stat.session != relay_stat.session and _pts_index(stat.tty_nr) == index]
-        if not on_it or on_it[0].tpgid <= 0:
-            return None
-        rdev, pgid = on_it[0].tty_nr, on_it[0].tpgid
-        members = [pid for pid, stat in under if stat.pgrp == pgid]
-        return (_Terminal(f"/dev/pts/{index}", rdev), members) if members else None
+        found = []
+        for index in sorted(indexes):  # type: ignore[type-var]
+            on_it = [stat for _, stat in under
+                     if stat.session != relay_stat.session and _pts_index(stat.tty_nr) == index]
+            if not on_it or on_it[0].tpgid <= 0:
+                return None
+            rdev, pgid = on_it[0].tty_nr, on_it[0].tpgid
+            members = [pid for pid, stat in under if stat.pgrp == pgid]
+            if not members:
+                return None
+            found.append((_Terminal(f"/dev/pts/{index}", rdev), members))
+        return found
 
     def _tty_index(self, pid: int, fd: int) -> int | None:
         """The pts number of the PTY master ``fd`` of ``pid`` (``tty-index`` in its fdinfo)."""

@@ -77,6 +77,9 @@ TIMED_WAIT_MARGIN = 0.05
 #: How long a wait seen through a relay must last, without new output, before it counts (seconds): the
 #: command's last output may still sit in the relay's terminal, waiting for the relay to copy it to ours.
 RELAY_SETTLE = 0.01
+#: How long a relay's own wait must last, with no new output and nothing behind it run, before it counts as
+#: having kept our input for itself (seconds): input it passed on may still be on its way to its command.
+KEPT_INPUT_SETTLE = 0.05
 #: How long an interrupted send waits for the program to come back before giving up (seconds).
 INTERRUPT_GRACE = 5.0
 ENTER = b"\r"
@@ -494,7 +497,8 @@ class SendOperation:
     def _settled(self, timeout: float | None) -> bool:
         """An untimed wait is a prompt; so is a timed one, unless the program may still be going on by
         itself (see the module docstring): then it must outlast its timeout with no new output.  A wait seen
-        through a relay must outlast :data:`RELAY_SETTLE` with no new output (its output may be in transit)."""
+        through a relay must outlast :data:`RELAY_SETTLE` with no new output (its output may be in transit); a
+        relay's own wait, :data:`KEPT_INPUT_SETTLE`."""
         if timeout is None:
             self._timed_wait = None
             return False
@@ -504,14 +508,14 @@ class SendOperation:
             self._timed_wait = (math.inf, -1)
             return False
         may_go_on = self.escape_sent or (self.left_full_screen_at is not None and not self._prompted_since_leaving())
-        relayed = self.session.probe is not None and self.session.probe.through_relay
+        probe = self.session.probe
+        relayed = probe is not None and (probe.through_relay or probe.kept_by_relay)
         if not relayed and (timeout == math.inf or not may_go_on):
             return True
         now = time.monotonic()
         session = self.session
         session.drain()  # (what it printed before this wait: its output must not lag the look)
         written = session.scrollback.chars_written
-        probe = session.probe
         sample = probe.waiting_sample() if probe is not None else None
         seen_output, seen_sample = self._timed_wait_seen
         if self.escape_sent and 0 <= seen_output != session.raw.total and sample != seen_sample:
@@ -521,7 +525,7 @@ class SendOperation:
             return True
         if self._timed_wait is None or self._timed_wait[1] != written:
             settle = min(timeout, TIMED_WAIT_SETTLE) + TIMED_WAIT_MARGIN if may_go_on and timeout != math.inf \
-                else RELAY_SETTLE
+                else KEPT_INPUT_SETTLE if probe is not None and probe.kept_by_relay else RELAY_SETTLE
             self._timed_wait = (now + settle, written)
             self._timed_wait_seen = (session.raw.total, sample)
             return False

@@ -619,6 +619,66 @@ def test_a_shell_inside_a_relay_is_waited_on_like_ours(manager, agent, shell):
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
 
 
+def test_vim_with_a_terminal_window_waits_for_us_itself(manager, agent, shell):
+    """vim with a ``:terminal`` window waits on our tty and on that terminal's master, as a relay does; keys
+    typed in its other window never reach the shell behind it, and vim's own wait is the prompt.  (Each of
+    them came back ``inferred_idle`` after the idle window, as with ``mc``'s subshell and an emacs shell.)"""
+    import shutil
+    if shutil.which("vim") is None and not __import__("os").environ.get("CI"):
+        pytest.skip("vim is not installed (CI installs it)")
+
+    def keys(*names, text=""):
+        r = send(manager, agent, shell, text, submit=False, keys=names, idle=20, timeout=30)
+        assert r.wait_reason == "stdin_read", r
+        return r
+
+    send(manager, agent, shell, "vim -u NONE -N -i NONE -n", idle=20)
+    r = send(manager, agent, shell, ":terminal", idle=20)
+    assert r.wait_reason == "stdin_read" and "[running]" in r.viewport, r
+    keys("C-w", "w")  # (to the empty window)
+    r = keys(text="ikept-by-vim")
+    assert "kept-by-vim" in r.viewport, r
+    keys("Esc")
+    keys("C-w", "w")  # (back to the terminal window: its shell runs what it is sent)
+    r = send(manager, agent, shell, "sleep 0.5; echo through-$((6*7))", idle=20)
+    assert r.wait_reason == "stdin_read" and "through-42" in r.viewport, r
+    keys("C-w", "N")
+    r = send(manager, agent, shell, ":qa!", idle=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
+
+
+#: A program with two terminals of its own (an editor's shell buffers): each runs ``sh``, idle at its prompt;
+#: it reads our keys itself and echoes them, and forwards nothing.
+TWO_TERMINALS = """import os, pty, select, sys, tty
+masters = []
+for _ in range(2):
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execvp("sh", ["sh"])
+    masters.append(fd)
+tty.setraw(0)
+while True:
+    ready, _, _ = select.select([0, *masters], [], [])
+    for fd in ready:
+        data = os.read(fd, 1024)
+        if fd == 0:
+            if data == b"q":
+                raise SystemExit(0)
+            os.write(1, b"[kept " + data + b"]")
+"""
+
+
+def test_a_program_with_two_terminals_of_its_own_waits_for_us_itself(manager, agent, shell, tmp_path):
+    script = tmp_path / "two_terminals.py"
+    script.write_text(TWO_TERMINALS)
+    r = send(manager, agent, shell, f"{sys.executable} {script}", idle=20, timeout=30)
+    for key in "abc":
+        r = send(manager, agent, shell, key, submit=False, idle=20, timeout=30)
+        assert r.wait_reason == "stdin_read" and f"[kept {key}]" in r.viewport, r
+    r = send(manager, agent, shell, "q", submit=False, idle=20, timeout=30)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
+
+
 @contextlib.contextmanager
 def probe_wrapped(manager, probe, **wrappers):
     """Replace methods of ``probe`` (on the loop thread): ``name=lambda original: replacement``; the class's
