@@ -375,10 +375,13 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
     1. Polite: SIGTERM, SIGHUP and SIGCONT to every member except the leader
        (which stays alive as the subreaper that keeps orphans in the tree),
        then wait up to ``grace`` seconds for them to go.
-    2. Freeze: SIGSTOP every member, leader included, rescanning until a scan
-       finds nothing new, so a forking loop cannot outrun us.
-    3. SIGKILL all, poll until no member is alive, and rescan (by token too)
-       until a scan finds no straggler.
+    2. Freeze: SIGSTOP every member, leader included, each the moment it is
+       found by following children from the members (a fork chain cannot
+       outrun that), then rescanning ``/proc`` until nothing new turns up.
+    3. SIGKILL every member but the leaders, which stay (stopped) to adopt the
+       orphans of what dies; follow them again and kill what turned up (a
+       fork under way at the freeze) until none is left; then the leaders,
+       and stragglers found by token, until a scan finds none.
 
     Returns ``{member: killed_by_sigkill}`` for reporting.
     """
@@ -399,7 +402,15 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
                 break
             await asyncio.sleep(poll)
             table = discover(trees)
-    await _freeze_all(trees)
+    stopped: set[ProcessId] = set()
+    await _freeze_all(trees, stopped)
+    for _ in range(100):
+        for tree in trees:
+            for member in tree.members - {tree.leader}:
+                forced[member] = send_signal(member, signal.SIGKILL)
+        await _wait_all_gone(trees, poll, but=True)
+        if not await _freeze_all(trees, stopped):
+            break
     for _ in range(100):
         for tree in trees:
             for member in tree.members:
@@ -412,26 +423,72 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
         table = discover(trees)
         if not any(_living(t, table) for t in trees):
             break
+        await _freeze_all(trees, stopped)
     return forced
 
 
-async def _freeze_all(trees: list[TreeToEnd]) -> None:
-    stopped: set[ProcessId] = set()
+async def _freeze_all(trees: list[TreeToEnd], stopped: set[ProcessId]) -> bool:
+    """SIGSTOP every member not ``stopped`` yet, and what they started, until a round finds nothing new;
+    True when anything was."""
+    found = False
     for _ in range(1000):
-        table = discover(trees)
-        fresh = [m for t in trees for m in _living(t, table) if m not in stopped]
+        fresh = [ident for tree in trees for ident in _stop_below(tree, stopped)]
+        table = discover(trees)  # (what a walk down from the members cannot reach: adopted elsewhere)
+        for ident in (m for t in trees for m in _living(t, table) if m not in stopped):
+            send_signal(ident, signal.SIGSTOP)
+            stopped.add(ident)
+            fresh.append(ident)
         if not fresh:
-            return
-        for member in fresh:
-            send_signal(member, signal.SIGSTOP)
-            stopped.add(member)
+            return found
+        found = True
         await asyncio.sleep(0)
+    return found
 
 
-async def _wait_all_gone(trees: list[TreeToEnd], poll: float) -> None:
+def _stop_below(tree: TreeToEnd, stopped: set[ProcessId]) -> list[ProcessId]:
+    """SIGSTOP the tree's members and every process under them, each as soon as it is found (its children
+    are read after it is stopped, so a process that forks is caught at its next child); returns the ones
+    stopped now, all added to the tree's members."""
+    fresh = []
+    stack = list(tree.members | {tree.leader})
+    seen: set[ProcessId] = set()
+    while stack:
+        ident = stack.pop()
+        if ident in seen:
+            continue
+        seen.add(ident)
+        if ident not in stopped:
+            if not send_signal(ident, signal.SIGSTOP):
+                continue  # (gone, or its pid names another process now)
+            stopped.add(ident)
+            tree.members.add(ident)
+            fresh.append(ident)
+        for pid in children_of(ident.pid):
+            stat = read_stat(pid)
+            if stat is not None and not stat.gone and stat.ppid == ident.pid:
+                stack.append(stat.ident)
+    return fresh
+
+
+def children_of(pid: int) -> list[int]:
+    """Pids of ``pid``'s children, from every thread's ``children`` list (empty when it cannot be read)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out = []
+    for tid in tids:
+        listed = read_proc(f"/proc/{pid}/task/{tid}/children")
+        if listed:
+            out.extend(int(child) for child in listed.split())
+    return out
+
+
+async def _wait_all_gone(trees: list[TreeToEnd], poll: float, but: bool = False) -> None:
+    """Wait until every member is gone (``but``: every member but the leader), killing them again meanwhile."""
     for tree in trees:
         while True:
-            left = [m for m in tree.members if is_alive(m)]
+            left = [m for m in tree.members if is_alive(m) and not (but and m == tree.leader)]
             if not left:
                 break
             for member in left:
