@@ -476,7 +476,7 @@ def children_of(pid: int) -> list[int]:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return []
-    out = []
+    out: list[int] = []
     for tid in tids:
         listed = read_proc(f"/proc/{pid}/task/{tid}/children")
         if listed:
