@@ -219,16 +219,17 @@ class PtyChild:
         except OSError:
             return 0
 
-    async def write_all(self, data: bytes, deadline: float) -> bool:
-        """Write all of ``data``, waiting for room; False when the child exited or ``deadline`` passed."""
+    async def write_all(self, data: bytes, deadline: float) -> int:
+        """Write ``data``, waiting for room; returns the bytes written (fewer when the child exited or
+        ``deadline`` passed)."""
         view = memoryview(data)
         while view:
             view = view[self.write_now(bytes(view[:4096])):]
             if view:
                 if self.exited or self.closed or time.monotonic() >= deadline:
-                    return False
+                    break
                 await self._writable(min(0.05, max(deadline - time.monotonic(), 0.0)))
-        return True
+        return len(data) - len(view)
 
     async def _writable(self, timeout: float) -> None:
         ready = self.loop.create_future()

@@ -176,6 +176,9 @@ class SendResult:
     raw_output: bytes = b""
     #: The rendered screen when a full-screen program had the terminal at the end.
     screen: ScreenSnapshot | None = None
+    #: Bytes of the input (the text, keys and Enter as written) that were never written: the send ended
+    #: first, the program having stopped reading; what was written waits in its input.
+    unsent: int = 0
 
 
 class SendOperation:
@@ -205,6 +208,8 @@ class SendOperation:
         #: this send (None: it did not).
         self.left_full_screen_at: int | None = None
         self.exit_code: int | None = None
+        #: Bytes of the payload never written: the wait ended first (the program stopped reading).
+        self.unsent = 0
         self.marker_seen = False
         self.bell = False
         self._cursor = session.scrollback.completed_lines + 1
@@ -297,9 +302,10 @@ class SendOperation:
             if not isinstance(exc, Exception):
                 raise
             return
-        if written:
+        if written == len(rest):
             self._begin_wait()
-        else:
+        else:  # (the program stopped reading: the rest is not written later, the result says how much)
+            self.unsent = len(rest) - written
             self._complete("session_exit" if not self.session.running else "timeout")
 
     def _begin_wait(self) -> None:
@@ -562,4 +568,5 @@ class SendOperation:
         exit_code = session.exit_status if reason == "session_exit" else self.exit_code
         raw, _lost = session.raw.since(self.raw_offset)
         return SendResult(reason, viewport, cut, session.public_status, exit_code, self.cancel_requested,
-                          self.bell, time.monotonic() - self.started, raw[-limit:], snapshot)
+                          self.bell, time.monotonic() - self.started, raw[-limit:], snapshot,
+                          self.unsent)

@@ -375,9 +375,10 @@ class Session:
         """Write what the PTY takes now; returns the bytes written."""
         return self.child.write_now(data) if self.child is not None else 0
 
-    async def write_all(self, data: bytes, deadline: float) -> bool:
-        """Write all of ``data``, waiting for room; False when the session ended or ``deadline`` passed."""
-        return self.running and self.child is not None and await self.child.write_all(data, deadline)
+    async def write_all(self, data: bytes, deadline: float) -> int:
+        """Write ``data``, waiting for room; returns the bytes written (fewer when the session ended or
+        ``deadline`` passed)."""
+        return await self.child.write_all(data, deadline) if self.running and self.child is not None else 0
 
     def type_input(self, data: bytes) -> None:
         """Type ``data`` into the terminal without waiting, as a person at the keyboard would."""

@@ -24,6 +24,7 @@ from ..errors import TerminalError
 from ..owners import Agent
 from ..tools import TerminalTools, result_text, shutdown_all
 from ..tools.config import environment_policy
+from ..tools.render import unsent_note
 from ..vocabulary import max_result_bytes_problem, signal_name, wait_seconds_problem
 from .display import TermResult, footer_html, footer_text, visible_controls
 
@@ -334,6 +335,8 @@ class TerminalMagics(Magics):
             if res.interrupted or res.wait_reason in ("timeout", "session_exit"):
                 break
         text = footer_text(res.wait_reason, res.exit_code, res.session_status, res.interrupted)
+        if res.unsent:
+            text += f" [{unsent_note(res.unsent)}]"
         if stream.written or res.viewport:
             self._write("\n")
         if res.screen_text is not None:  # a full-screen program: show what its screen looks like now

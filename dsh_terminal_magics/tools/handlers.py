@@ -19,7 +19,7 @@ from .models import (BackgroundSendResult, CloseArgs, CloseResult, ForegroundSen
                      JobKillResult, JobOutputArgs, JobOutputResult, ListArgs, OpenArgs, OpenResult, ReadArgs,
                      ReadResult, RecordArgs, RecordResult, ResizeArgs, ResizeResult, ScreenInfo, SendArgsForeground,
                      SessionEntry, SessionList, SignalArgs, SignalResult)
-from .render import body_budget, job_meta, lines_meta, utf8_size
+from .render import body_budget, job_meta, lines_meta, unsent_note, utf8_size
 
 JOB_KIND = "pty-send"
 
@@ -53,7 +53,7 @@ def foreground_result(r: SendResult) -> ForegroundSendResult:
     result = ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,  # type: ignore[arg-type]
                                   session_status=r.session_status,  # type: ignore[arg-type]
                                   truncated=r.viewport_truncated, exit_code=r.exit_code,
-                                  bell=True if r.bell else None, screen=screen)
+                                  bell=True if r.bell else None, screen=screen, unsent=r.unsent or None)
     return result.with_extras(r.raw_output, r.screen.text() if r.screen is not None else None, r.cancelled)
 
 
@@ -88,6 +88,8 @@ async def _start_background(ctx: ToolContext, a: SendArgsForeground, agent: Agen
 async def _job_outcome(op: SendOperation) -> JobOutcome:
     r = await op.future
     detail = f"waitReason={r.wait_reason} sessionStatus={r.session_status} exitCode={r.exit_code}"
+    if r.unsent:
+        detail += f" - {unsent_note(r.unsent)}"
     return JobOutcome("killed" if op.cancel_requested else "completed", detail)
 
 

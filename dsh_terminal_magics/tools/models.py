@@ -184,6 +184,8 @@ class ForegroundSendResult(_Result):
     #: Extras beyond the seed, present in the JSON only when they say something.
     bell: Optional[bool] = Field(None, exclude_if=lambda v: v is None)
     screen: Optional[ScreenInfo] = Field(None, exclude_if=lambda v: v is None)
+    #: Bytes of the input never written: the wait ended while the program did not read (see :func:`unsent_note`).
+    unsent: Optional[int] = Field(None, exclude_if=lambda v: v is None)
     #: Not part of the seed's JSON: (raw output, screen text, interrupted), set by :meth:`with_extras` - a
     #: plain slot, not a pydantic private attribute: those are set up (in Python) on every result, which cost
     #: more than the rest of the result together on the hot path of every send.

@@ -81,6 +81,13 @@ def lines_meta(begin: int, end: int, total: int) -> str:
     return f"[lines: {begin}-{end} of {total}]"
 
 
+def unsent_note(unsent: int) -> str:
+    """What to tell about input a send never wrote (the program stopped reading, and the wait ended)."""
+    return (f"input cut: the last {unsent} bytes of the input were not written (the program did not read them "
+            "before the wait ended); the part written waits in the terminal's input, its last line maybe cut "
+            "short - send keys C-u (or C-c) to discard a cut line before sending more")
+
+
 def job_meta(job_id: str, status: str, detail: str | None) -> list[str]:
     """The metadata items of a job read."""
     meta = [f"[job: {job_id}]", f"[status: {status}]"]
@@ -97,6 +104,8 @@ def _foreground(r: ForegroundSendResult, cap: int) -> str:
         meta.append(f"[screen: {r.screen.rows}x{r.screen.cols} cursor {r.screen.cursor_row},{r.screen.cursor_col}]")
     if r.bell:
         meta.append("[bell]")
+    if r.unsent:
+        meta.append(f"[{unsent_note(r.unsent)}]")
     return render_capped(meta, r.viewport, cap, keep_tail=True, cut=r.truncated)
 
 

@@ -171,3 +171,32 @@ def test_a_send_beside_a_running_foreground_send_says_what_to_do(tools, agent, s
     thread.join(30)
     assert "is busy: a foreground send" in text and "wait for that call to return" in text, text
     assert "job_output" not in text and "done-first" in first["r"].viewport
+
+
+def test_input_the_program_never_read_is_reported_not_lost_silently(tools, agent, shell):
+    """A text larger than the terminal queues, sent while the program does not read (a command still
+    running): the wait ends at its timeout with the rest unwritten.  The result said only ``timeout``, and the
+    cut last line waited in the input, glued to the front of the next command (``echo l`` + ``echo after``).
+    Now it says how much was not written and what to do, in the JSON, the text and a job's detail."""
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "sleep 3", "timeout": 0.2}, agent=agent)
+    assert r.wait_reason == "timeout", r
+    text = "\n".join(f"echo line-{i}" for i in range(3000))  # (37 KB: the terminal queues a few)
+    r = tools.call("terminal_send", {"sessionId": shell, "text": text, "timeout": 1}, agent=agent)
+    assert r.wait_reason == "timeout" and 0 < r.unsent < len(text), r
+    assert r.model_dump(by_alias=True)["unsent"] == r.unsent
+    assert f"[input cut: the last {r.unsent} bytes" in tools.render(r)
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "", "submit": False, "keys": ["C-u"],
+                                     "idle": 20, "timeout": 30}, agent=agent)
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo after-$((6*7))", "idle": 20,
+                                     "timeout": 30}, agent=agent)
+    assert r.wait_reason == "stdin_read" and r.viewport.splitlines()[-2:] == ["after-42", "$ "], r
+    assert r.model_dump(by_alias=True).get("unsent") is None
+    tools.call("terminal_send", {"sessionId": shell, "text": "sleep 3", "timeout": 0.2}, agent=agent)
+    job = tools.call("terminal_send", {"sessionId": shell, "text": text, "timeout": 1, "run_in_background": True},
+                     agent=agent).job_id
+    deadline = time.monotonic() + 30
+    while (out := tools.call("job_output", {"jobId": job}, agent=agent)).status == "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert "waitReason=timeout" in out.detail and "input cut: the last" in out.detail, out
+    tools.call("terminal_signal", {"sessionId": shell, "signal": "SIGINT"}, agent=agent)
