@@ -75,10 +75,10 @@ class SendArgsForeground(_Args):
     text: StrictStr = Field(description="Text to write exactly as given.")
     submit: StrictBool = Field(True, description="Press Enter after the text (default true). Set false for "
                                                  "control characters or partial input.")
-    timeout: float = Field(30.0, gt=0, le=MAX_WAIT_SECONDS, description="Extra: most seconds to wait "
-                                                                         "(default 30).")
-    idle: float = Field(3.0, gt=0, le=MAX_WAIT_SECONDS, description="Extra: seconds of silence that count as idle "
-                                                         "(default 3).")
+    timeout: float = Field(30.0, gt=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
+                           description="Extra: most seconds to wait (default 30).")
+    idle: float = Field(3.0, gt=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
+                        description="Extra: seconds of silence that count as idle (default 3).")
 
 
 _BACKGROUND_DOC = ("Return a jobId at once and run the send as a background job (collect with job_output, stop "

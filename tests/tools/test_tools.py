@@ -112,6 +112,9 @@ def test_jobs_and_sessions_of_another_agent_are_invisible(tools, agent, shell):
     ("terminal_send", {"sessionId": "t-1", "text": "x", "extra": 1}, "unknown argument 'extra'"),
     ("terminal_send", {"sessionId": "t-1", "text": 5}, "argument 'text'"),
     ("terminal_send", {"sessionId": "t-1", "text": "x", "submit": "yes"}, "argument 'submit'"),
+    # (NaN was told it should be at most 3600)
+    ("terminal_send", {"sessionId": "t-1", "text": "x", "timeout": float("nan")}, "should be a finite number"),
+    ("terminal_send", {"sessionId": "t-1", "text": "x", "idle": float("inf")}, "should be a finite number"),
     ("terminal_read", {"sessionId": "t-1", "count": 0}, "argument 'count'"),
     ("terminal_read", {"sessionId": "t-1", "offset": -1}, "argument 'offset'"),
     ("terminal_signal", {"sessionId": "t-1", "signal": "SIGUSR1"}, "argument 'signal'"),
