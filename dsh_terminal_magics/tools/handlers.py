@@ -80,9 +80,22 @@ async def _start_background(ctx: ToolContext, a: SendArgsForeground, agent: Agen
         op = ctx.manager.begin_send(agent, a.session_id, request, holder=f"job {job_id}")
         return JobHandle(cancel=op.cancel, done=_job_outcome(op), read_output=op.read_output)
 
-    label = f"{a.session_id}: {a.text or '(input)'}"
+    label = f"{a.session_id}: {job_label(a.text)}"
     job_id = await ctx.jobs.start(JOB_KIND, label, agent, ctx.max_result_bytes, run)
     return BackgroundSendResult(job_id=job_id)
+
+
+#: The most characters of a send's text a job's label shows.
+JOB_LABEL_CHARS = 60
+
+
+def job_label(text: str) -> str:
+    """A job's label from its send's text: the first line, cut at :data:`JOB_LABEL_CHARS` (a label is listed
+    whole: it held the whole text, 37 KB of it in ``%term_jobs``)."""
+    first, _, rest = text.partition("\n")
+    more = rest.count("\n") + 1 if rest else 0
+    label = first[:JOB_LABEL_CHARS] + ("…" if len(first) > JOB_LABEL_CHARS else "")
+    return (label or "(input)") + (f" (+{more} more line{'s' if more > 1 else ''})" if more else "")
 
 
 async def _job_outcome(op: SendOperation) -> JobOutcome:

@@ -203,3 +203,17 @@ def test_input_the_program_never_read_is_reported_not_lost_silently(tools, agent
         time.sleep(0.05)
     assert "waitReason=timeout" in out.detail and "input cut: the last" in out.detail, out
     tools.call("terminal_signal", {"sessionId": shell, "signal": "SIGINT"}, agent=agent)
+
+
+def test_a_jobs_label_is_the_first_line_of_its_text_cut_short(tools, agent, shell):
+    """``%term_jobs`` lists labels whole: a job's label held its send's whole text (37 KB for a long one)."""
+    text = "echo " + "x" * 200 + "\n" + "\n".join(f"echo {i}" for i in range(999))
+    job = tools.call("terminal_send", {"sessionId": shell, "text": text, "run_in_background": True},
+                     agent=agent).job_id
+    other = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    short = tools.call("terminal_send", {"sessionId": other, "text": "", "run_in_background": True}, agent=agent)
+    labels = {j.job_id: j.label for j in tools.list_jobs(agent=agent)}
+    assert labels[job] == f"{shell}: echo {'x' * 55}… (+999 more lines)"
+    assert labels[short.job_id] == f"{other}: (input)"
+    tools.call("job_kill", {"jobId": job}, agent=agent)
+    tools.call("terminal_close", {"sessionId": other}, agent=agent)
