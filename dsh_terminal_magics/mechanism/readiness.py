@@ -34,6 +34,7 @@ read wait on this tty among them is the answer, fenced like the group's.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
 import math
 import os
@@ -95,6 +96,12 @@ MAX_FDS_LOOKED = 1024
 #: Most often the processes outside the foreground group are looked at (seconds between looks): each look
 #: walks the session's tree, and what the session started is untrusted (200 daemons made every look 20 ms).
 OUTSIDE_GAP = 0.1
+#: Searches for processes anywhere holding a terminal open (a tmux server started before the session, which
+#: ``tmux attach`` handed the terminal to) read every fd link in ``/proc`` (3 ms for 300 here; tens of
+#: thousands on a busy host), in a thread of their own: one search serves every session, at most every this
+#: many seconds, and at most :data:`HOLDER_SEARCH_SHARE` of the time.
+HOLDER_SEARCH_GAP = 0.5
+HOLDER_SEARCH_SHARE = 0.02
 #: Most threads outside the group waiting on the tty that one walk looks into (each may be a relay, whose
 #: own walk can take :data:`MAX_WALK_LOOKS`).
 MAX_OUTSIDE_READERS = 8
@@ -581,7 +588,8 @@ class ReadinessProbe:
 
     def _outside_reader(self, members: list[int], fence: Fence) -> str:
         """``"tty"`` when a process the session runs outside the foreground group (``pinentry`` under
-        ``gpg-agent``) freshly waits to read this tty, else ``"idle"`` (see the module docstring).  Only
+        ``gpg-agent``), or one elsewhere that holds this tty open (a tmux server ``tmux attach`` handed it
+        to), freshly waits to read this tty, else ``"idle"`` (see the module docstring).  Only
         sleepers are looked at, and only their waits: what else runs outside the group is not our business.
         Only processes in another session than the group's count: for the rest this tty is their controlling
         terminal, and job control stops a background job that reads it (one that polls it, ``ssh host cmd &``,
@@ -604,7 +612,11 @@ class ReadinessProbe:
         self._outside_found = self._outside
         skip = {*members, *self.wrappers}
         candidates = MAX_OUTSIDE_READERS
-        for pid in self._descendants(self._root_pid):
+        tree = self._descendants(self._root_pid)
+        holders = [pid for pid in _HOLDERS.of(self.tty_path, now) if pid not in skip and pid not in tree]
+        if _HOLDERS.searching:
+            self._outside_owed = True  # (its answer is for the next look)
+        for pid in [*tree, *holders]:
             stat = self._stat(pid) if pid not in skip else None
             if stat is None or stat.gone or stat.session == group_stat.session or not candidates:
                 continue
@@ -843,6 +855,63 @@ class ReadinessProbe:
         for fd in fds:
             found = self._is_tty(pid, fd) or found
         return found and self._waiting(seconds)
+
+
+class _HolderSearch:
+    """Which processes hold each terminal open, from a search of every process's fds in a worker thread.
+
+    :meth:`of` answers from the last search at once and starts the next one when the last is old enough
+    (:data:`HOLDER_SEARCH_GAP`, or longer when searches are slow: :data:`HOLDER_SEARCH_SHARE`)."""
+
+    def __init__(self) -> None:
+        self._found: dict[str, tuple[int, ...]] = {}
+        self._started = -math.inf
+        self._cost = 0.0
+        self.searching = False
+        self._worker: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def of(self, tty_path: str, now: float) -> tuple[int, ...]:
+        """The pids the last search found holding ``tty_path`` open (our own process left out)."""
+        if not self.searching and now - self._started >= max(HOLDER_SEARCH_GAP, self._cost / HOLDER_SEARCH_SHARE):
+            self.searching, self._started = True, now
+            if self._worker is None:
+                self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dsh-terminal-holders")
+            self._worker.submit(self._search)
+        return self._found.get(tty_path, ())
+
+    def _search(self) -> None:
+        started = time.monotonic()
+        found: dict[str, list[int]] = {}
+        me = str(os.getpid())
+        try:
+            for name in os.listdir("/proc"):
+                if name.isdigit() and name != me:
+                    for target in _pts_links(name):
+                        found.setdefault(target, []).append(int(name))
+            self._found = {target: tuple(pids) for target, pids in found.items()}
+        finally:
+            self._cost = time.monotonic() - started
+            self.searching = False
+
+
+def _pts_links(pid: str) -> set[str]:
+    """The pts devices among ``pid``'s open fds (by their ``/proc/PID/fd`` links)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return set()
+    out = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("/dev/pts/"):
+            out.add(target)
+    return out
+
+
+_HOLDERS = _HolderSearch()
 
 
 def _node(path: str) -> tuple[int, int] | None:

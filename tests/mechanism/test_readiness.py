@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
+import time
 
 import pytest
 
@@ -796,6 +797,45 @@ def test_tmux_is_looked_through_to_its_pane(contained_shell, tmp_path):
     assert r.wait_reason == "stdin_read" and "slept-42" in r.viewport and 1.0 <= elapsed < 10, r
     r, _ = contained_shell("exit")
     assert r.wait_reason == "stdin_read" and r.viewport.rstrip().endswith("$"), r
+
+
+def wait_for_gone(pid: int, timeout: float = 10.0) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``timeout`` seconds."""
+    from dsh_terminal_magics.mechanism.process_tree import read_stat
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stat = read_stat(pid)
+        if stat is None or stat.gone:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_tmux_attached_to_a_server_started_elsewhere_is_looked_through(contained_shell, tmp_path):
+    """``tmux attach`` to a server the session did not start: the client hands our terminal to that server,
+    outside the session's tree, which reads it from then on.  Every send came back ``inferred_idle`` after
+    the idle window; processes anywhere that hold the terminal open are looked at too now."""
+    import os
+    import shutil
+    import subprocess
+    if shutil.which("tmux") is None and not os.environ.get("CI"):
+        pytest.skip("tmux is not installed (CI installs it)")
+    sock = tmp_path / "elsewhere.sock"
+    tmux = ["tmux", "-f", "/dev/null", "-S", str(sock)]
+    subprocess.run([*tmux, "new", "-d", "-s", "elsewhere"], check=True, timeout=30)
+    server = int(subprocess.run([*tmux, "display", "-p", "#{pid}"], capture_output=True, text=True,
+                                check=True, timeout=30).stdout)
+    try:
+        r, _ = contained_shell(f"tmux -S {sock} attach -t elsewhere")
+        assert r.wait_reason == "stdin_read" and r.screen is not None, r
+        r, elapsed = contained_shell("sleep 1; echo slept-$((6*7))")
+        assert r.wait_reason == "stdin_read" and "slept-42" in r.viewport and elapsed >= 1.0, r
+    finally:
+        subprocess.run([*tmux, "kill-server"], timeout=30)
+        if not wait_for_gone(server):
+            os.kill(server, 9)
+    r, _ = contained_shell("echo after-$((6*7))")
+    assert r.wait_reason == "stdin_read" and "after-42" in r.viewport, r
 
 
 def test_a_group_with_too_many_threads_is_not_looked_into(manager, agent, shell):
