@@ -17,6 +17,7 @@ import functools
 import atexit
 import os
 import secrets
+import signal as signal_module
 import weakref
 from dataclasses import dataclass
 
@@ -29,7 +30,7 @@ from .backends import BASE_ENV, BackendRegistry
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
-from .process_tree import SESSION_TOKEN_ENV, end_trees
+from .process_tree import SESSION_TOKEN_ENV, end_trees, read_stat, scan_group
 from .pty_child import spawn_off_loop
 from ..asciicast import open_recording
 from .sandbox import Sandbox
@@ -216,6 +217,10 @@ class SessionManager:
                 "or SIGINT/SIGTERM to stop the foreground command")
         try:
             os.killpg(pgid, SIGNALS[name])
+            if name in ("SIGINT", "SIGTERM", "SIGHUP") and _any_stopped(scan_group(pgid)):
+                # A stopped process acts on nothing until it is continued (a shell that ran kill -STOP $$
+                # kept the terminal, and every signal but SIGKILL waited for ever): as kill(1) does for jobs.
+                os.killpg(pgid, signal_module.SIGCONT)
         except OSError as exc:
             raise SessionNotRunningError(f"could not signal process group {pgid}: {exc.strerror}; "
                                          "the command may have just ended - read the session and try again")
@@ -319,6 +324,11 @@ async def wait_interruptible(op: SendOperation) -> SendResult:
         except Exception:
             pass
         raise
+
+
+def _any_stopped(members: builtins.list[tuple[int, bool]]) -> bool:
+    """Whether any live process of a group (``scan_group``'s answer) is stopped."""
+    return any((stat := read_stat(pid)) is not None and stat.state == "T" for pid, live in members if live)
 
 
 async def close_sessions(sessions: builtins.list[Session]) -> None:

@@ -32,6 +32,21 @@ def test_the_tool_accepts_the_short_name(tools, agent):
     tools.call("terminal_close", {"sessionId": sid}, agent=agent)
 
 
+@pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM"])
+def test_a_stopped_foreground_is_continued_to_act_on_the_signal(tools, agent, signal):
+    """A shell that stopped itself (``kill -STOP $$``) keeps the terminal, and a stopped process acts on no
+    signal but SIGKILL until continued: every send and signal after it waited for nothing, and only closing
+    the session helped.  Now SIGINT, SIGTERM and SIGHUP continue a stopped group, as kill(1) does for jobs."""
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "kill -STOP $$", "timeout": 0.5}, agent=agent)
+    assert r.wait_reason == "timeout", r
+    assert tools.call("terminal_signal", {"sessionId": sid, "signal": signal}, agent=agent).delivered
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "echo going-$((6*7))", "idle": 20, "timeout": 30},
+                   agent=agent)
+    assert r.wait_reason == "stdin_read" and "going-42" in r.viewport.splitlines(), r
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+
+
 def test_the_magic_accepts_both(ip):
     ip.run_line_magic("term_open", "")
     ip.run_line_magic("term_send", "--timeout 0.5 --idle 10 sleep 100")
