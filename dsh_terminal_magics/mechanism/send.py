@@ -11,7 +11,8 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
   started, which waits for its queries' answers and then flushes input), or
   after the program left the alternate screen during this send (a full-screen
   program shutting down, which may flush pending input) - unless it has printed
-  a prompt of its own on the main screen since.  Then the wait counts only once
+  a prompt of its own on the main screen since, or a full-screen program has the
+  screen again.  Then the wait counts only once
   it outlasts its timeout (at most :data:`TIMED_WAIT_SETTLE`) with no new
   output - or, after an ESC, once the program ran, printed and waits again (it
   acted on the Esc).  A timed wait with the keys taken and the cursor at the
@@ -513,7 +514,7 @@ class SendOperation:
             # any timed wait (its answers to terminal queries are delivered at a look).
             self._timed_wait = (math.inf, -1)
             return False
-        may_go_on = self.escape_sent or (self.left_full_screen_at is not None and not self._prompted_since_leaving())
+        may_go_on = self.escape_sent or self._may_be_leaving()
         probe = self.session.probe
         relayed = probe is not None and (probe.through_relay or probe.kept_by_relay)
         if not relayed and (timeout == math.inf or not may_go_on):
@@ -536,6 +537,14 @@ class SendOperation:
             self._timed_wait_seen = (session.raw.total, sample)
             return False
         return now >= self._timed_wait[0]
+
+    def _may_be_leaving(self) -> bool:
+        """Whether a program left the alternate screen during this send and may be shutting down still: not
+        once it printed a prompt of its own on the main screen, nor once a full-screen program has the screen
+        again (git opening its next editor after the first: the one that left is gone, and the new one's wait
+        took the 1.5 s settle)."""
+        return self.left_full_screen_at is not None and not self.session.screen.full_screen \
+            and not self._prompted_since_leaving()
 
     def _prompted_since_leaving(self) -> bool:
         """Whether the program printed text on the main screen since it left the alternate screen and waits

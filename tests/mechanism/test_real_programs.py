@@ -214,6 +214,27 @@ def test_vims_press_enter_after_a_shell_command_is_a_prompt(term):
 
 
 @needs["vim"]
+@needs["git"]
+def test_the_next_editor_git_opens_is_a_prompt_at_once(term, monkeypatch):
+    """``git rebase -i`` with a reword: ``:wq`` ends the first vim (it leaves the alternate screen) and git
+    opens a second one.  The settle kept for a program shutting down after it left held the new vim's wait
+    1.5 s (here stretched past the send's timeout: it came back ``timeout``); a full-screen program that has
+    the screen again is not the one that left."""
+    from dsh_terminal_magics.mechanism import send as send_module
+    monkeypatch.setattr(send_module, "TIMED_WAIT_SETTLE", 600.0)
+    git = "git -c user.email=a@b -c user.name=n"
+    r, _ = term(f"git init -q . && for i in 1 2; do echo $i > f$i; git add f$i; {git} commit -qm c$i; done")
+    editor = "vim -u NONE -N -n -i $PWD/viminfo --cmd 'set updatetime=100000'"  # (its timed waits: 100 s)
+    r, _ = term(f'GIT_EDITOR="{editor}" {git} rebase -i HEAD~1', timeout=20, idle=60)
+    assert r.wait_reason == "stdin_read" and "git-rebase-todo" in r.viewport, r.viewport[-300:]
+    r, _ = term("", submit=False, keys=[*":1s/^pick/reword/", "Enter", *":wq", "Enter"], timeout=20, idle=60)
+    assert r.wait_reason == "stdin_read" and "COMMIT_EDITMSG" in r.viewport, (r.wait_reason, r.viewport[-300:])
+    r, _ = term("", submit=False, keys=[*":wq", "Enter"], timeout=20, idle=60)
+    assert r.wait_reason == "stdin_read" and "Successfully rebased" in r.viewport, r.viewport[-300:]
+    shell_gets_the_next_command(term)
+
+
+@needs["vim"]
 def test_a_send_ending_in_esc_shows_the_screen_after_it(term, tmp_path):
     """A send ending in Esc leaves vim waiting a moment for the rest of a key (its 'ttimeoutlen'); it acts on
     the Esc only then, and redraws.  That redraw adds nothing to the line history, so the settle ran on past
