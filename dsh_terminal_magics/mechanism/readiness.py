@@ -34,13 +34,13 @@ read wait on this tty among them is the answer, fenced like the group's.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import fcntl
 import math
 import os
 import platform
 import struct
 import termios
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -858,7 +858,7 @@ class ReadinessProbe:
 
 
 class _HolderSearch:
-    """Which processes hold each terminal open, from a search of every process's fds in a worker thread.
+    """Which processes hold each terminal open, from a search of every process's fds in a thread of its own.
 
     :meth:`of` answers from the last search at once and starts the next one when the last is old enough
     (:data:`HOLDER_SEARCH_GAP`, or longer when searches are slow: :data:`HOLDER_SEARCH_SHARE`)."""
@@ -868,15 +868,13 @@ class _HolderSearch:
         self._started = -math.inf
         self._cost = 0.0
         self.searching = False
-        self._worker: concurrent.futures.ThreadPoolExecutor | None = None
 
     def of(self, tty_path: str, now: float) -> tuple[int, ...]:
         """The pids the last search found holding ``tty_path`` open (our own process left out)."""
         if not self.searching and now - self._started >= max(HOLDER_SEARCH_GAP, self._cost / HOLDER_SEARCH_SHARE):
             self.searching, self._started = True, now
-            if self._worker is None:
-                self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="dsh-terminal-holders")
-            self._worker.submit(self._search)
+            # (a thread per search, gone when it is done: none stays for a search that may never come again)
+            threading.Thread(target=self._search, name="dsh-terminal-holders", daemon=True).start()
         return self._found.get(tty_path, ())
 
     def _search(self) -> None:
