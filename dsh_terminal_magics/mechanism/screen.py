@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import codecs
 import copy
+import functools
 import operator
 import time
+import unicodedata
 from dataclasses import dataclass
 from typing import Any, Callable, cast
 
@@ -51,6 +53,14 @@ class ScreenSnapshot:
         return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=4096)
+def _stops_pyte(char: str) -> bool:
+    """Whether pyte's draw stops at ``char``: it places characters one or two columns wide and zero-width
+    combining marks only."""
+    width = wcwidth(char)
+    return width not in (1, 2) and not (width == 0 and unicodedata.combining(char))
+
+
 class _Screen(pyte.Screen):
     """pyte's screen, tolerant of private SGR sequences (``ESC[>4;2m``, sent by vim) it does not know, and
     with the sequences ncurses sends xterm that pyte lacks: REP, SU, SD, CHT, CBT.
@@ -74,10 +84,43 @@ class _Screen(pyte.Screen):
     _last_cell: Any = None
 
     def draw(self, data: str) -> None:
+        """pyte's draw, except that a character it cannot place does not end it: pyte stopped at the first
+        zero-width character that is not a combining mark (the joiner and variation selector in emoji, ``👨‍👩``,
+        ``⚠️``; a zero-width space) and at one of no width (an unassigned code point), and dropped the rest
+        of the text - ``less`` showed ``line one ✔`` for ``line one ✔️ done``.  Zero-width ones join the
+        character before them, as a terminal shows them; those of no width are left out."""
+        if not data.isascii():
+            start = 0
+            for index, char in enumerate(data):
+                if char > "\x7f" and _stops_pyte(char):
+                    if index > start:
+                        super().draw(data[start:index])
+                    self._join_previous(char)
+                    self._last_cell, start = None, index + 1
+            if start:
+                data = data[start:]
+                if not data:
+                    return
         super().draw(data)
         if data:
             char = data[-1].translate(self.g1_charset if self.charset else self.g0_charset)
             self._last_cell = self.cursor.attrs._replace(data=char) if wcwidth(char) == 1 else None
+
+    def _join_previous(self, char: str) -> None:
+        """Add a zero-width ``char`` to the cell before the cursor (on the line above at its start), as pyte
+        does with a combining mark; one of no width (``wcwidth`` -1) is left out."""
+        if wcwidth(char) != 0:
+            return
+        y, x = self.cursor.y, self.cursor.x
+        if not x:
+            if not y:
+                return
+            y, x = y - 1, self.columns
+        line = self.buffer[y]
+        if x >= 2 and not line[x - 1].data:
+            x -= 1  # (the second column of a wide character: the character is in the first)
+        line[x - 1] = line[x - 1]._replace(data=line[x - 1].data + char)
+        self.dirty.add(y)
 
     #: The main screen's lines and cursor while the alternate screen is shown (None on the main screen).
     _main: "tuple[Any, Any] | None" = None

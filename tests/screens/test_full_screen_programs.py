@@ -92,6 +92,18 @@ def test_less_pages_and_leaves_a_clean_scrollback(manager, agent, shell, tmp_pat
     assert lines[-2:] == [f"$ less {long}", "$ "]  # nothing less drew leaked into the history
 
 
+def test_less_shows_lines_with_emoji_whole(manager, agent, shell, tmp_path):
+    """A variation selector or a zero-width joiner (``✔️``, ``👨‍👩‍👧``) ended the screen model's drawing of the
+    text after it: ``less`` showed ``line one ✔`` and ``line two 👨``."""
+    emoji = tmp_path / "emoji.txt"
+    emoji.write_text("line one \u2714\ufe0f done and more\nline two \U0001F468\u200d\U0001F469 family here\n")
+    r = send(manager, agent, shell, f"less {emoji}")
+    assert r.screen is not None, r
+    assert "\ufe0f done and more" in r.viewport and "\U0001F469 family here" in r.viewport, r.viewport[:300]
+    r = send(manager, agent, shell, "q", submit=False)
+    assert r.screen is None and r.viewport.endswith("$ ")
+
+
 def test_top_batch_and_interactive(manager, agent, shell):
     r = send(manager, agent, shell, "top -b -n 1 | head -5")
     assert r.viewport.splitlines()[1].startswith("top -") and "Tasks:" in r.viewport

@@ -181,3 +181,19 @@ def test_a_sequence_the_screen_cannot_apply_loses_nothing_after_it():
     model = ScreenModel(10, 40, 0)
     model.feed(b"main\x1b[?1049halt\x1b[?1001r\x1b[?1049l\x1b[2;1Hafter")
     assert [line.rstrip() for line in model.snapshot().lines[:2]] == ["main", "after"] and model.parser_errors == 1
+
+
+@pytest.mark.parametrize("text,shown", [
+    ("line one \u2714\ufe0f done", "line one \u2714\ufe0f done"),  # a variation selector (emoji presentation)
+    ("\U0001F468\u200d\U0001F469\u200d\U0001F467 family", "\U0001F468\u200d\U0001F469\u200d\U0001F467 family"),
+    ("zero\u200bwidth space", "zero\u200bwidth space"),
+    ("tag \U000e0001kept", "tag \U000e0001kept"),  # (a language tag, zero-width)
+    ("c1 \u0085control", "c1 control"),  # (no width at all, a C1 control: left out)
+])
+def test_a_character_the_screen_cannot_place_loses_nothing_after_it(text, shown):
+    """pyte's draw stopped at the first zero-width character that is not a combining mark, or one of no
+    width, and dropped the rest of the text: ``less`` showed ``line one ✔`` for ``line one ✔️ done``, and a
+    family emoji cut its line short.  Zero-width ones join the character before them; the rest is drawn."""
+    model = ScreenModel(4, 40, 0)
+    model.feed(f"\x1b[?1049h\x1b[H{text}\x1b[2;1Hnext".encode())
+    assert [line.rstrip() for line in model.snapshot().lines[:2]] == [shown, "next"]
