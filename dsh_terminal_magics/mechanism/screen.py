@@ -54,11 +54,12 @@ class ScreenSnapshot:
 
 
 @functools.lru_cache(maxsize=4096)
-def _stops_pyte(char: str) -> bool:
-    """Whether pyte's draw stops at ``char``: it places characters one or two columns wide and zero-width
-    combining marks only."""
-    width = wcwidth(char)
-    return width not in (1, 2) and not (width == 0 and unicodedata.combining(char))
+def _placed_apart(char: str) -> bool:
+    """Whether ``char`` is one the screen places itself instead of pyte: any but those one or two columns
+    wide.  pyte's draw stops at a zero-width character that is not a combining mark, and at one of no
+    width; and it joins a combining mark to the second (empty) column of a wide character, where the
+    screen's text never shows it."""
+    return wcwidth(char) not in (1, 2)
 
 
 class _Screen(pyte.Screen):
@@ -88,11 +89,12 @@ class _Screen(pyte.Screen):
         zero-width character that is not a combining mark (the joiner and variation selector in emoji, ``👨‍👩``,
         ``⚠️``; a zero-width space) and at one of no width (an unassigned code point), and dropped the rest
         of the text - ``less`` showed ``line one ✔`` for ``line one ✔️ done``.  Zero-width ones join the
-        character before them, as a terminal shows them; those of no width are left out."""
+        character before them, as a terminal shows them (a combining mark after a wide character too: pyte
+        put it on the wide character's empty second column); those of no width are left out."""
         if not data.isascii():
             start = 0
             for index, char in enumerate(data):
-                if char > "\x7f" and _stops_pyte(char):
+                if char > "\x7f" and _placed_apart(char):
                     if index > start:
                         super().draw(data[start:index])
                     self._join_previous(char)
@@ -107,8 +109,8 @@ class _Screen(pyte.Screen):
             self._last_cell = self.cursor.attrs._replace(data=char) if wcwidth(char) == 1 else None
 
     def _join_previous(self, char: str) -> None:
-        """Add a zero-width ``char`` to the cell before the cursor (on the line above at its start), as pyte
-        does with a combining mark; one of no width (``wcwidth`` -1) is left out."""
+        """Add a zero-width ``char`` to the character before the cursor (on the line above at its start), as
+        pyte does with a combining mark; one of no width (``wcwidth`` -1) is left out."""
         if wcwidth(char) != 0:
             return
         y, x = self.cursor.y, self.cursor.x
@@ -119,7 +121,7 @@ class _Screen(pyte.Screen):
         line = self.buffer[y]
         if x >= 2 and not line[x - 1].data:
             x -= 1  # (the second column of a wide character: the character is in the first)
-        line[x - 1] = line[x - 1]._replace(data=line[x - 1].data + char)
+        line[x - 1] = line[x - 1]._replace(data=unicodedata.normalize("NFC", line[x - 1].data + char))
         self.dirty.add(y)
 
     #: The main screen's lines and cursor while the alternate screen is shown (None on the main screen).

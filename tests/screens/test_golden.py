@@ -197,3 +197,27 @@ def test_a_character_the_screen_cannot_place_loses_nothing_after_it(text, shown)
     model = ScreenModel(4, 40, 0)
     model.feed(f"\x1b[?1049h\x1b[H{text}\x1b[2;1Hnext".encode())
     assert [line.rstrip() for line in model.snapshot().lines[:2]] == [shown, "next"]
+
+
+#: Characters the screen's drawing got wrong, mixed into any others: a joiner, variation selectors, a zero-width
+#: space, combining marks, wide ones (CJK, emoji), a C1 control.
+_TRICKY = st.sampled_from(["\u200d", "\ufe0f", "\ufe0e", "\u200b", "\u0301", "\u0308", "\u05b1", "\u4e2d",
+                           "\U0001F468", "\u2714", "\u0085"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.one_of(_TRICKY, st.characters(blacklist_categories=("Cc", "Cs"))), min_size=1, max_size=40))
+def test_any_text_on_a_line_is_shown_whole(text):
+    """Every character one or two columns wide is shown, in order, and zero-width ones with the character
+    before them (pyte put a combining mark after a wide character on its empty second column, where the
+    text never showed it, and stopped at the other zero-width ones)."""
+    import unicodedata
+
+    from wcwidth import wcwidth
+    text = "x" + text  # (something for a zero-width first character to join)
+    model = ScreenModel(3, 200, 0)
+    model.feed(f"\x1b[?1049h\x1b[H{text}\x1b[2;1Hnext".encode())
+    lines = model.snapshot().lines
+    shown = "".join(char for char in text if wcwidth(char) != -1)
+    assert unicodedata.normalize("NFC", lines[0].rstrip()) == unicodedata.normalize("NFC", shown.rstrip())
+    assert lines[1].rstrip() == "next"
