@@ -12,7 +12,7 @@ from dsh_terminal_magics import Agent, TerminalTools
 from dsh_terminal_magics.mechanism import SendOperation, SendRequest, SessionManager
 from dsh_terminal_magics.mechanism.event_loop import EventLoopThread
 from dsh_terminal_magics.mechanism.manager import _PROCESS_TOKEN
-from dsh_terminal_magics.mechanism.process_tree import process_table, with_token
+from dsh_terminal_magics.mechanism.process_tree import process_table, read_proc, with_token
 from dsh_terminal_magics.mechanism.watchdog import Watchdog
 
 
@@ -20,6 +20,15 @@ def session_processes() -> set[int]:
     """Live processes of this test process's sessions (found by their token)."""
     table = process_table()
     return {p for p in with_token(_PROCESS_TOKEN.encode(), table, set()) if not table[p].gone}
+
+
+def command_started(shell_pid: int, name: str) -> bool:
+    """Whether the shell ``shell_pid`` runs ``name`` (a child that has exec'd it, and has the terminal by
+    then).  An interrupt sent while the shell is still reading the line or starting the command races bash
+    and readline themselves: a kill right after ``sleep 100`` was sent left ``l`` in the next command line
+    (``lecho ok``), and bash fed ``sleep 100`` and then ^C 0.5 ms apart failed 14 times in 30."""
+    children = (read_proc(f"/proc/{shell_pid}/task/{shell_pid}/children") or b"").split()
+    return any((read_proc(f"/proc/{int(c)}/comm") or b"").strip() == name.encode() for c in children)
 
 
 def pty_fds() -> set[str]:
@@ -71,6 +80,9 @@ def no_leaks() -> Iterator[None]:
         time.sleep(0.02)
     leaked = session_processes() - procs_before
     assert not leaked, f"test leaked session processes: {sorted(leaked)}"
+    from dsh_terminal_magics.mechanism.readiness import _HOLDERS
+    while _HOLDERS.searching and time.monotonic() < deadline:  # (a search under way lists /proc/PID/fd dirs)
+        time.sleep(0.01)
     live = {str(pid) for pid in session_processes()}
     fds = {fd for fd in pty_fds() - fds_before if not _of_live_process(fd, live)}
     assert fds == set(), f"test leaked fds: {sorted(fds)}"

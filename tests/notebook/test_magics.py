@@ -111,7 +111,8 @@ def test_read_signal_list_and_html_escaping(ip, capsys):
 
 
 def test_background_jobs(ip, capsys):
-    ip.run_line_magic("term_open", "")
+    from tests.conftest import command_started, wait_for
+    shell_pid = ip.run_line_magic("term_open", "").pid
     started = ip.run_line_magic("term_send", "--bg for i in 1 2 3; do echo step-$i; sleep 0.2; done")
     assert started.text.startswith("started job j-")
     with pytest.raises(UsageError, match="busy"):
@@ -129,6 +130,7 @@ def test_background_jobs(ip, capsys):
     ip.run_line_magic("jobs", "")
     assert "completed pty-send" in capsys.readouterr().out
     ip.run_line_magic("term_send", "--bg sleep 100")
+    wait_for(lambda: command_started(shell_pid, "sleep"))
     killed = ip.run_line_magic("job_kill", "")
     assert killed.status == "killed"
     assert ip.run_line_magic("term_send", "echo ok").exit_code == 0
