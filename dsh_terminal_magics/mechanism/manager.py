@@ -30,7 +30,7 @@ from .backends import BASE_ENV, BackendRegistry
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
-from .process_tree import SESSION_TOKEN_ENV, end_trees, read_stat, scan_group
+from .process_tree import SESSION_TOKEN_ENV, end_trees, process_table
 from .pty_child import spawn_off_loop
 from ..asciicast import open_recording
 from .sandbox import Sandbox
@@ -217,7 +217,7 @@ class SessionManager:
                 "or SIGINT/SIGTERM to stop the foreground command")
         try:
             os.killpg(pgid, SIGNALS[name])
-            if name in ("SIGINT", "SIGTERM", "SIGHUP") and _any_stopped(scan_group(pgid)):
+            if name in ("SIGINT", "SIGTERM", "SIGHUP") and _any_stopped(pgid):
                 # A stopped process acts on nothing until it is continued (a shell that ran kill -STOP $$
                 # kept the terminal, and every signal but SIGKILL waited for ever): as kill(1) does for jobs.
                 os.killpg(pgid, signal_module.SIGCONT)
@@ -326,9 +326,9 @@ async def wait_interruptible(op: SendOperation) -> SendResult:
         raise
 
 
-def _any_stopped(members: builtins.list[tuple[int, bool]]) -> bool:
-    """Whether any live process of a group (``scan_group``'s answer) is stopped."""
-    return any((stat := read_stat(pid)) is not None and stat.state == "T" for pid, live in members if live)
+def _any_stopped(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is stopped (one scan of ``/proc``)."""
+    return any(stat.pgrp == pgid and stat.state == "T" for stat in process_table().values())
 
 
 async def close_sessions(sessions: builtins.list[Session]) -> None:

@@ -689,12 +689,11 @@ class ReadinessProbe:
 
     def _relayed_state(self, relay: int, masters: list[int], fence: Fence) -> str:
         """A relay's thread state is its command's: ``"tty"`` when the inner terminal's foreground group waits
-        for input on it (by the same rules, fences included, the others' waiting from before it); ``"kept"`` when
-        every inner terminal's group
-        waits on it from before the fence (nothing reached them: a program with terminals of its own, as
-        ``mc``'s subshell or an editor's terminal window, that took our input for itself); else ``"busy"`` -
-        also when an inner terminal or its group cannot be found: a relay waits on our tty whatever its
-        command does."""
+        for input on it (by the same rules, fences included; the others', if it has several, waiting from
+        before the fence); ``"kept"`` when every inner terminal's group waits on it from before the fence
+        (nothing reached them: a program with terminals of its own, as ``mc``'s subshell or an editor's
+        terminal window, that took our input for itself); else ``"busy"`` - also when an inner terminal or
+        its group cannot be found: a relay waits on our tty whatever its command does."""
         inner = self._inner_terminals(relay, masters)
         if not inner:
             return "busy"
