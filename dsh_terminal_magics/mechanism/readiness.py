@@ -654,10 +654,12 @@ class ReadinessProbe:
         stat = self._take_leader_stat(pid, tid) or self._stat(pid, tid)
         if stat is None:
             return None
-        if stat.gone or stat.state == "T":  # (stopped: it neither runs nor reads until continued)
+        if stat.gone or stat.state in "Tt":
+            # Stopped, or stopped by a tracer: it neither runs nor reads until continued.  (A read it was in
+            # when gdb stopped it on ^C still shows in its syscall file, until gdb takes the terminal back.)
             sample[(pid, tid)] = before
             return "idle"
-        if stat.state not in "St":
+        if stat.state != "S":
             return "running"
         syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
         if syscall is None:
@@ -669,7 +671,7 @@ class ReadinessProbe:
             return "running"
         sample[(pid, tid)] = after
         if waits_on_tty is None:
-            return "idle" if stat.state == "t" else "busy"
+            return "busy"
         if not waits_on_tty:
             return "idle"
         fresh = fence.accept_stale or fence.schedstat.get((pid, tid)) != after

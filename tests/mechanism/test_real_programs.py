@@ -17,7 +17,7 @@ PROMPT_WITHIN = 1.5
 needs = {name: pytest.mark.skipif(shutil.which(name) is None and not os.environ.get("CI"),
                                   reason=f"{name} is not installed (CI installs it)")
          for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl", "gpg", "pinentry-curses",
-                      "node", "make")}
+                      "node", "make", "gdb")}
 
 
 @pytest.fixture
@@ -178,6 +178,28 @@ def test_output_after_top_is_kept(term):
         r, _ = term("sh -c 'top -b -n 1 >/dev/null; top -n 1; echo after-$((6*7))'")
         assert r.wait_reason == "stdin_read" and "after-42" in r.viewport, (i, r.viewport[-300:])
         assert "after-42" in term.read().splitlines()[-2], i
+
+
+@needs["gdb"]
+def test_ctrl_c_under_gdb_returns_at_gdbs_prompt(term):
+    """^C stops gdb's program in a read; it shows the read in its syscall file while stopped by the tracer,
+    until gdb takes the terminal back and prompts.  The send ends at gdb's prompt, three times over."""
+    r, t = term("gdb -q -nx -iex 'set debuginfod enabled off' -ex 'set startup-with-shell off' --args cat")
+    prompt(r, t, "(gdb) ")
+    r, t = term("run")
+    assert r.wait_reason == "stdin_read" and "Starting program" in r.viewport, r.viewport[-300:]
+    for i in range(3):
+        r, t = term(f"line-{i}")
+        assert r.viewport.count(f"line-{i}") == 2, r.viewport[-300:]  # (typed, and cat's copy)
+        r, t = term("", keys=["C-c"], submit=False)
+        assert "received signal SIGINT" in r.viewport, (i, r.viewport[-300:])
+        prompt(r, t, "(gdb) ")
+        r, t = term("continue")
+        assert r.wait_reason == "stdin_read" and r.viewport.rstrip().endswith("Continuing."), r.viewport[-300:]
+    r, t = term("", keys=["C-d"], submit=False)
+    prompt(r, t, "exited normally")
+    r, t = term("quit")
+    shell_gets_the_next_command(term)
 
 
 #: What a full-screen program that keeps the main screen sends (as ``top`` does): keypad on, cursor hidden,
