@@ -56,6 +56,8 @@ _SYSCALLS = {
                 441: "epoll_pwait2"},
 }.get(platform.machine(), {})
 
+#: Waits for a child process to end: a member in one runs a command (see :meth:`ReadinessProbe._runs_a_command`).
+_CHILD_WAITS = {"x86_64": {61, 247}, "aarch64": {260, 95}}.get(platform.machine(), set())
 _POLLIN = 0x1
 _EPOLLIN = 0x1
 #: Timed waits whose end can be read from the syscall's arguments: name -> (index of the timeout argument,
@@ -149,6 +151,10 @@ class ReadinessProbe:
         self.wrappers: frozenset[int] = frozenset()
         #: The processes the last check found freshly waiting on the tty.
         self.tty_readers: list[int] = []
+        #: What the current check found the threads of the group doing when not reading the tty: their
+        #: ``syscall`` lines ("stopped": stopped), and the processes with a thread waiting on the tty.
+        self._other_waits: dict[tuple[int, int], str] = {}
+        self._tty_waiters: set[int] = set()
         #: Thread ids per pid, read once per check (a walk and the verdict both need them).
         self._tasks: dict[int, list[int]] = {}
         #: Children per member, read by the walk (the verdict checks that none were added since).
@@ -311,6 +317,7 @@ class ReadinessProbe:
         self._relayed = []
         self._outside = []
         self.tty_readers = []
+        self._other_waits, self._tty_waiters = {}, set()
         self._too_big = False
         self.through_relay = self.kept_by_relay = False
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
@@ -565,8 +572,8 @@ class ReadinessProbe:
     def _group_state(self, pids: list[int], fence: Fence) -> str | None:
         """``"tty"``: someone reads the tty freshly and nobody runs; ``"stale"``: nobody runs, and whoever reads
         the tty has waited since before the fence (our input has not reached them); ``"busy"``: someone runs,
-        or waits in a way that says nothing; ``"idle"``: everyone is asleep on something else; None: nobody
-        seen."""
+        waits in a way that says nothing, or waits for a command at work (see :meth:`_runs_a_command`);
+        ``"idle"``: everyone is asleep on something else; None: nobody seen."""
         self._too_big = self._too_big_to_look_into(pids)
         if self._too_big:
             return "busy"
@@ -584,7 +591,9 @@ class ReadinessProbe:
             return None
         if "stale" in found:
             return "busy" if "tty" in found else "stale"
-        return "tty" if "tty" in found else "idle"
+        if "tty" in found:
+            return "busy" if len(pids) > 1 and self._runs_a_command(pids) else "tty"
+        return "idle"
 
     def _outside_reader(self, members: list[int], fence: Fence) -> str:
         """``"tty"`` when a process the session runs outside the foreground group (``pinentry`` under
@@ -658,6 +667,7 @@ class ReadinessProbe:
             # Stopped, or stopped by a tracer: it neither runs nor reads until continued.  (A read it was in
             # when gdb stopped it on ^C still shows in its syscall file, until gdb takes the terminal back.)
             sample[(pid, tid)] = before
+            self._other_waits[(pid, tid)] = "stopped"
             return "idle"
         if stat.state != "S":
             return "running"
@@ -673,7 +683,9 @@ class ReadinessProbe:
         if waits_on_tty is None:
             return "busy"
         if not waits_on_tty:
+            self._other_waits[(pid, tid)] = syscall
             return "idle"
+        self._tty_waiters.add(pid)
         fresh = fence.accept_stale or fence.schedstat.get((pid, tid)) != after
         if self._masters and self._relay_depth < MAX_RELAY_DEPTH:
             own_timeout, self._timeout = self._timeout, timeout_before  # (the inner wait's timeout counts)
@@ -688,6 +700,74 @@ class ReadinessProbe:
         if fresh:
             self.tty_readers.append(pid)
         return "tty" if fresh else "stale"
+
+    def _runs_a_command(self, members: list[int]) -> bool:
+        """Whether a member of the group waits for a child of the group (``wait4``, ``waitid``) that is still
+        at work: the group's reader of the tty then passes input on to a command that runs.  ``cat | sh``
+        running ``sleep 2``: ``cat`` reads the tty again at once, while ``sh`` waits for ``sleep``.  A child
+        that waits for us (it, or a process it waits for, reads the tty: ``git`` waiting for its editor), or
+        is at rest otherwise (see :meth:`_at_rest`), is no command at work; nor is a child of a process that
+        reads the tty itself (a program waiting for its helper in one thread while another asks)."""
+        group = set(members)
+        waiters = {pid for (pid, _), wait in self._other_waits.items() if self._syscall_number(wait) in _CHILD_WAITS}
+        for pid in members:
+            if pid in self._tty_waiters or pid not in waiters:
+                continue
+            if not all(self._at_rest(child, group, MAX_RELAY_PROCESSES) for child in self._commands(pid, group)):
+                return True
+        return False
+
+    def _commands(self, pid: int, group: set[int]) -> list[int]:
+        """``pid``'s children in the group, but for background jobs: a shell without job control runs ``job &``
+        in its own group with its input from ``/dev/null`` (``sh -c 'server & client'``: the client asks)."""
+        commands = []
+        for child in self._kids.get(pid, ()):
+            if child in group:
+                try:
+                    if os.readlink(f"/proc/{child}/fd/0") == "/dev/null":
+                        continue
+                except OSError:
+                    pass
+                commands.append(child)
+        return commands
+
+    def _at_rest(self, pid: int, group: set[int], budget: int) -> bool:
+        """Whether ``pid`` waits for nothing but input: it reads the tty; or each of its threads is stopped, is
+        blocked in a read (of what is passed on: a pipe, a socket), waits without a timeout in ``poll``,
+        ``select``, ``epoll`` or on a futex (for another thread), or waits for children of the group at rest.
+        A sleep, a timed wait or a system call not known here is work of its own (``sleep``, a download)."""
+        if pid in self._tty_waiters:
+            return True
+        for tid in self._threads(pid):
+            wait = self._other_waits.get((pid, tid))
+            if wait == "stopped":
+                continue
+            number = self._syscall_number(wait)
+            if number in _CHILD_WAITS:
+                budget -= 1
+                if budget > 0 and all(self._at_rest(child, group, budget) for child in self._commands(pid, group)):
+                    continue
+                return False
+            if wait is None or not self._waits_for_input(pid, number, wait):
+                return False
+        return True
+
+    def _waits_for_input(self, pid: int, number: int | None, wait: str) -> bool:
+        """Whether a thread in ``wait`` (its syscall line) waits for data from another process, untimed."""
+        name = _SYSCALLS.get(number) or _TIMED.get(number) if number is not None else None
+        if name in ("read", "readv"):
+            return True
+        if name is None or name in ("nanosleep", "clock_nanosleep"):
+            return False
+        try:
+            return _timeout_of(self._files, pid, name, [int(a, 16) for a in wait.split()[1:7]]) is None
+        except (OSError, ValueError, struct.error, IndexError):
+            return False
+
+    @staticmethod
+    def _syscall_number(wait: str | None) -> int | None:
+        parts = wait.split(maxsplit=1) if wait else None
+        return int(parts[0]) if parts and parts[0].isdigit() else None
 
     def _relayed_state(self, relay: int, masters: list[int], fence: Fence) -> str:
         """A relay's thread state is its command's: ``"tty"`` when the inner terminal's foreground group waits

@@ -109,6 +109,40 @@ def test_pipeline_reader_waits_for_whole_pipeline(manager, agent, shell):
     manager.sync.signal(agent, shell, "SIGINT")
 
 
+#: A relay over a socket: python reads the terminal and a socket in one select, and a child shell runs what
+#: comes through (a local stand-in for the kind of relay ssh is).
+SOCKET_RELAY = (
+    f"{sys.executable} -c \"import os, select, socket\n"
+    "ours, its = socket.socketpair()\n"
+    "if os.fork() == 0:\n"
+    "    os.dup2(its.fileno(), 0); os.dup2(its.fileno(), 1); os.execvp('sh', ['sh'])\n"
+    "while True:\n"
+    "    for fd in select.select([0, ours], [], [])[0]:\n"
+    "        data = os.read(0, 1024) if fd == 0 else ours.recv(1024)\n"
+    "        ours.send(data) if fd == 0 else os.write(1, data)\"")
+
+
+@pytest.mark.parametrize("relay", ["cat | sh", SOCKET_RELAY], ids=["pipe", "socket"])
+def test_a_reader_that_passes_input_on_waits_for_the_command_it_fed(manager, agent, shell, relay):
+    """The group's reader of the terminal reads it again at once, having passed the line on; the command it
+    fed runs still (its shell waits for ``sleep``).  The send came back at once with only the echo, and the
+    output came later.  A command reading what is passed on waits for us, and a background job does not
+    count: its input is ``/dev/null``."""
+    send(manager, agent, shell, relay)
+    r = send(manager, agent, shell, "sleep 0.5; echo done-$((6*7))", timeout=30)
+    assert r.wait_reason == "stdin_read" and "done-42" in r.viewport, r
+    r = send(manager, agent, shell, "read x; echo got-$x", timeout=30)
+    assert r.wait_reason == "stdin_read" and r.viewport.splitlines()[1:] == [], r
+    r = send(manager, agent, shell, "it", timeout=30)
+    assert r.wait_reason == "stdin_read" and "got-it" in r.viewport, r
+    r = send(manager, agent, shell, "sleep 100 & sleep 0.5; echo second-$((6*7))", timeout=30)
+    assert r.wait_reason == "stdin_read" and "second-42" in r.viewport, r
+    r = send(manager, agent, shell, f"{sys.executable} -c 'input()'; echo read-$((6*7))", timeout=30)
+    assert r.wait_reason == "stdin_read" and "read-42" not in r.viewport, r  # (the job sleeps on: not ours)
+    r = send(manager, agent, shell, "", timeout=30)
+    assert r.wait_reason == "stdin_read" and "read-42" in r.viewport, r
+
+
 def test_python_input_prompt(manager, agent, shell):
     r = send(manager, agent, shell, f"{sys.executable} -c 'print(\"hi \" + input(\"name? \"))'")
     assert r.wait_reason == "stdin_read"
