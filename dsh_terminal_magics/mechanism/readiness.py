@@ -107,6 +107,12 @@ HOLDER_SEARCH_SHARE = 0.02
 #: Most threads outside the group waiting on the tty that one walk looks into (each may be a relay, whose
 #: own walk can take :data:`MAX_WALK_LOOKS`).
 MAX_OUTSIDE_READERS = 8
+#: Most bytes of a ``/proc/PID/net`` socket table read (about 1700 sockets): a socket past them is not known
+#: to be connected over the network.
+MAX_SOCKET_TABLE = 256 * 1024
+#: Socket states in those tables: connected; still connecting (looked up again at the next wait).
+_CONNECTED = b"01"
+_CONNECTING = (b"02", b"03")
 #: The device numbers of Unix98 pty slaves: majors 136-143.
 _PTS_MAJORS = range(136, 144)
 
@@ -172,6 +178,10 @@ class ReadinessProbe:
         self._relay_depth = 0
         #: PTY masters among the fds of the wait just read; processes found under relays by this check.
         self._masters: list[int] = []
+        #: Socket inodes among the fds of the wait just read, and what is known of sockets seen: True for one
+        #: connected over the network (TCP, UDP), False for one of another family (a Unix socket).
+        self._sockets: list[int] = []
+        self._networked: dict[int, bool] = {}
         self._relayed: list[int] = []
         #: The process the session started (a wrapper, or the program): everything the session runs is under
         #: it.  Readers of our tty found under it outside the foreground group by the last check.
@@ -635,7 +645,7 @@ class ReadinessProbe:
                 continue
             for tid in self._threads(pid):
                 syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
-                self._masters, timeout = [], self._timeout
+                self._masters, self._sockets, timeout = [], [], self._timeout
                 waits = self._waits_on_tty(pid, syscall) if syscall is not None else None
                 self._timeout = timeout  # (this look only filters: the verdict's look records the timeout)
                 if waits is None:
@@ -674,7 +684,7 @@ class ReadinessProbe:
         syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
         if syscall is None:
             return "busy"
-        timeout_before, self._masters = self._timeout, []
+        timeout_before, self._masters, self._sockets = self._timeout, [], []
         waits_on_tty = self._waits_on_tty(pid, syscall)
         after = self._schedstat(pid, tid)
         if after != before:
@@ -685,6 +695,8 @@ class ReadinessProbe:
         if not waits_on_tty:
             self._other_waits[(pid, tid)] = syscall
             return "idle"
+        if self._sockets and self._over_the_network(pid, self._sockets):
+            return "busy"  # (ssh: what we type runs on another host, where nothing is seen)
         self._tty_waiters.add(pid)
         fresh = fence.accept_stale or fence.schedstat.get((pid, tid)) != after
         if self._masters and self._relay_depth < MAX_RELAY_DEPTH:
@@ -700,6 +712,27 @@ class ReadinessProbe:
         if fresh:
             self.tty_readers.append(pid)
         return "tty" if fresh else "stale"
+
+    def _over_the_network(self, pid: int, sockets: list[int]) -> bool:
+        """Whether one of ``pid``'s ``sockets`` (inodes) is a connected TCP or UDP socket: a thread that waits on
+        our tty and on one passes our input to another host (``ssh``, ``telnet``, ``nc``), and its wait is no
+        prompt - the command it passed it to may run there still, unseen.  (A Unix socket is not: asyncio's
+        own wake-up pair is one, in IPython's wait at its prompt.)  What a socket is, is remembered, but for
+        one still connecting."""
+        known = self._networked
+        if any(known.get(inode) for inode in sockets):
+            return True
+        unknown = [inode for inode in sockets if inode not in known]
+        if not unknown:
+            return False
+        listed = _inet_sockets(pid)
+        if len(known) > MAX_FDS_LOOKED:
+            known.clear()
+        for inode in unknown:
+            state = listed.get(inode)
+            if state not in _CONNECTING:
+                known[inode] = state == _CONNECTED
+        return any(known.get(inode) for inode in unknown)
 
     def _runs_a_command(self, members: list[int]) -> bool:
         """Whether a member of the group waits for a child of the group (``wait4``, ``waitid``) that is still
@@ -880,6 +913,9 @@ class ReadinessProbe:
         if target in _PTY_MASTERS:
             self._masters.append(fd)
             return False
+        if target.startswith("socket:["):
+            self._sockets.append(int(target[8:-1]))
+            return False
         if target == "/dev/tty":
             stat = self._stat(pid) if terminal.rdev is not None else None
             return stat is not None and stat.tty_nr == terminal.rdev
@@ -1000,6 +1036,23 @@ def _node(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _inet_sockets(pid: int) -> dict[int, bytes]:
+    """Inode -> state (``b"01"``: connected) of the TCP and UDP sockets of ``pid``'s network namespace, from
+    the first :data:`MAX_SOCKET_TABLE` bytes of each table."""
+    found: dict[int, bytes] = {}
+    for table in ("tcp", "tcp6", "udp", "udp6"):
+        try:
+            with open(f"/proc/{pid}/net/{table}", "rb") as f:
+                lines = f.read(MAX_SOCKET_TABLE).splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[9].isdigit():
+                found[int(fields[9])] = fields[3]
+    return found
 
 
 def _pts_index(rdev: int) -> int | None:

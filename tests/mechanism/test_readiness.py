@@ -143,6 +143,44 @@ def test_a_reader_that_passes_input_on_waits_for_the_command_it_fed(manager, age
     assert r.wait_reason == "stdin_read" and "read-42" in r.viewport, r
 
 
+#: A shell served over TCP, outside the session: it prints its port, then runs ``sh`` on the connection.
+SHELL_SERVER = (
+    "import socket, subprocess\n"
+    "server = socket.create_server(('127.0.0.1', 0))\n"
+    "print(server.getsockname()[1], flush=True)\n"
+    "connection = server.accept()[0]\n"
+    "subprocess.run(['sh'], stdin=connection, stdout=connection, stderr=connection)\n")
+
+
+@pytest.fixture
+def shell_server():
+    import subprocess
+
+    server = subprocess.Popen([sys.executable, "-c", SHELL_SERVER], stdout=subprocess.PIPE, text=True)
+    yield int(server.stdout.readline())
+    server.kill()
+    server.wait()
+    server.stdout.close()
+
+
+def test_a_relay_to_another_host_is_not_a_prompt(manager, agent, shell, shell_server):
+    """A program that copies the terminal to a TCP connection (as ssh does) waits on our tty again as soon as
+    it has sent a line on; what runs at the other end is not seen.  Its wait is no prompt: the send ends on
+    the idle window, with the output.  It came back at once as ``stdin_read``, with only the echo."""
+    relay = (f"{sys.executable} -c \"import os, select, socket\n"
+             f"far = socket.create_connection(('127.0.0.1', {shell_server}))\n"
+             "while True:\n"
+             "    for fd in select.select([0, far], [], [])[0]:\n"
+             "        data = os.read(0, 1024) if fd == 0 else far.recv(1024)\n"
+             "        far.sendall(data) if fd == 0 else os.write(1, data)\"")
+    send(manager, agent, shell, relay, idle=1.0, timeout=30)
+    r = send(manager, agent, shell, "sleep 0.5; echo far-$((6*7))", idle=1.0, timeout=30)
+    assert r.wait_reason == "inferred_idle" and "far-42" in r.viewport, r
+    manager.sync.signal(agent, shell, "SIGINT")
+    r = send(manager, agent, shell, "echo back-$((6*7))", timeout=30)
+    assert r.wait_reason == "stdin_read" and "back-42" in r.viewport, r
+
+
 def test_python_input_prompt(manager, agent, shell):
     r = send(manager, agent, shell, f"{sys.executable} -c 'print(\"hi \" + input(\"name? \"))'")
     assert r.wait_reason == "stdin_read"

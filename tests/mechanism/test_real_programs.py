@@ -17,7 +17,7 @@ PROMPT_WITHIN = 1.5
 needs = {name: pytest.mark.skipif(shutil.which(name) is None and not os.environ.get("CI"),
                                   reason=f"{name} is not installed (CI installs it)")
          for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl", "gpg", "pinentry-curses",
-                      "node", "make", "gdb")}
+                      "node", "make", "gdb", "sshd")}
 
 
 @pytest.fixture
@@ -199,6 +199,54 @@ def test_ctrl_c_under_gdb_returns_at_gdbs_prompt(term):
     r, t = term("", keys=["C-d"], submit=False)
     prompt(r, t, "exited normally")
     r, t = term("quit")
+    shell_gets_the_next_command(term)
+
+
+@pytest.fixture
+def sshd(tmp_path):
+    """A real sshd on a free loopback port, taking one key for root (ends by pid); yields the ssh command."""
+    import socket
+    import subprocess
+
+    for name in ("host", "user"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True)
+    (tmp_path / "authorized").write_text((tmp_path / "user.pub").read_text())
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    (tmp_path / "sshd_config").write_text(
+        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {tmp_path / 'host'}\nAuthorizedKeysFile "
+        f"{tmp_path / 'authorized'}\nPermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\nPidFile none\n")
+    os.makedirs("/run/sshd", exist_ok=True)
+    server = subprocess.Popen([shutil.which("sshd"), "-D", "-e", "-f", str(tmp_path / "sshd_config")],
+                              stderr=subprocess.DEVNULL)
+
+    def listening() -> bool:
+        with socket.socket() as client:
+            return client.connect_ex(("127.0.0.1", port)) == 0
+
+    try:
+        wait_for(listening)
+        yield (f"ssh -tt -i {tmp_path / 'user'} -p {port} -o StrictHostKeyChecking=no "
+               "-o UserKnownHostsFile=/dev/null -o LogLevel=ERROR root@127.0.0.1")
+    finally:
+        server.terminate()
+        server.wait()
+
+
+@needs["sshd"]
+def test_ssh_waits_out_the_command_on_the_other_host(term, sshd):
+    """ssh waits on our terminal and its connection at once: its wait says nothing of the shell on the other
+    end, so a send ends on the idle window with all of the output (each came back at once with ``stdin_read``
+    and only the echo, the remote prompt and output arriving later), and ends at our prompt once ssh exits."""
+    r, _ = term(f"{sshd} 'PS1=remote-prompt\\$\\  bash --norc'", idle=1.0, timeout=30)
+    assert r.wait_reason == "inferred_idle" and "remote-prompt$ " in r.viewport, r.viewport[-300:]
+    r, _ = term("sleep 0.5; echo far-$((6*7))", idle=1.0, timeout=30)
+    assert r.wait_reason == "inferred_idle" and "far-42" in r.viewport, r.viewport[-300:]
+    assert r.viewport.endswith("remote-prompt$ "), r.viewport[-300:]
+    r, _ = term("exit", timeout=30)
+    assert r.wait_reason == "stdin_read" and r.viewport.rstrip().endswith("$"), r.viewport[-300:]
     shell_gets_the_next_command(term)
 
 
