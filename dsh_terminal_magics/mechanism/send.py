@@ -565,6 +565,13 @@ class SendOperation:
         return not session.screen.full_screen and session.scrollback.cursor_column == 0 \
             and not session.reads_lines()
 
+    def _exit_code_now(self) -> int | None:
+        """The exit code our shell reported during this send, while the shell still has the terminal: once it
+        has started another command (typed ahead), that code was an earlier command's (``sleep 30`` typed
+        while ``sleep 1; (exit 3)`` ran timed out with exit code 3)."""
+        session = self.session
+        return self.exit_code if self.exit_code is None or session.foreground_pgid() == session.pid else None
+
     def _result(self, reason: WaitReason) -> SendResult:
         session = self.session
         limit = self.request.viewport_bytes
@@ -574,7 +581,7 @@ class SendOperation:
             viewport, cut = snapshot.text(), False
         else:
             viewport, cut = session.scrollback.text_since(self.start_line, limit)
-        exit_code = session.exit_status if reason == "session_exit" else self.exit_code
+        exit_code = session.exit_status if reason == "session_exit" else self._exit_code_now()
         raw, _lost = session.raw.since(self.raw_offset)
         return SendResult(reason, viewport, cut, session.public_status, exit_code, self.cancel_requested,
                           self.bell, time.monotonic() - self.started, raw[-limit:], snapshot,

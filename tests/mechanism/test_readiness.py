@@ -197,6 +197,18 @@ def test_sleep_is_never_mistaken_for_a_prompt(manager, agent, shell):
     assert r.exit_code == 0
 
 
+def test_the_exit_code_of_a_command_before_the_one_running_is_not_reported(manager, agent, shell):
+    """A command typed while the last one still ran starts after that one's exit code arrives: the send then
+    ends with the new command running, and the code is not the running command's."""
+    r = send(manager, agent, shell, "sleep 1; (exit 3)", idle=0.2)
+    assert (r.wait_reason, r.exit_code) == ("inferred_idle", None), r
+    r = send(manager, agent, shell, "sleep 30", timeout=4, idle=10)
+    assert (r.wait_reason, r.exit_code) == ("timeout", None), r
+    manager.sync.signal(agent, shell, "SIGINT")
+    r = send(manager, agent, shell, "(exit 4)")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 4), r
+
+
 def test_cpu_loop_times_out(manager, agent, shell):
     r = send(manager, agent, shell, "while :; do :; done", timeout=1.0)
     assert r.wait_reason == "timeout"
