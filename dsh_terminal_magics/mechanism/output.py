@@ -36,8 +36,9 @@ _CONTROL_BYTES = bytes([*range(0x00, 0x08), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F
 #: A shell's exit-code marker: OSC 133;D, the status, and the key our shell set-up adds (see shell_rc.bash).
 _EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:;(\d+))?(?:\x07|\x1b\\)")
 _EXIT_MARKER_BYTES = re.compile(_EXIT_MARKER.pattern.encode())
-_SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1)([hl])")
-_PASTE_MODE = re.compile(r"\x1b\[\?2004([hl])")
+#: A switch of the alternate screen, the cursor keys or bracketed paste, or a full reset (RIS, ``ESC c``: what
+#: ``reset`` sends), which puts the main screen and those modes back.
+_SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1|2004)([hl])|\x1b(c)")
 _DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")
 
 #: Longest unfinished escape sequence carried to the next chunk before it is dropped.
@@ -135,16 +136,16 @@ class OutputNormalizer:
         the alternate screen, and on an excursion, left out."""
         if self._away >= 0 or self._saved_at_end or "\x1b7" in text or "\x1b[s" in text:
             text = self._without_excursions(text)
-        if "\x1b[?" not in text and not self.alternate:
+        if "\x1b[?" not in text and "\x1bc" not in text and not self.alternate:
             return _ESCAPE.sub("", line_motion_marks(text))
         kept = []
         pos = 0
         for match in _SCREEN_MODE.finditer(text):
-            if match.group(1) == "1":
+            if match.group(1) in ("1", "2004"):
                 continue
             if not self.alternate:
                 kept.append(text[pos:match.start()])
-            self.alternate = match.group(2) == "h"
+            self.alternate = match.group(2) == "h"  # (a reset: off)
             pos = match.end()
         if not self.alternate:
             kept.append(text[pos:])
@@ -206,15 +207,16 @@ def _collect_events(text: str, events: TerminalEvents) -> None:
         events.cursor_position_requests = text.count("\x1b[6n")
     if "c" in text and _DEVICE_ATTRIBUTES.search(text):
         events.device_attribute_requests = len(_DEVICE_ATTRIBUTES.findall(text))
-    if "\x1b[?" in text:
-        for mode, flag in _SCREEN_MODE.findall(text):
-            if mode == "1":
+    if "\x1b[?" in text or "\x1bc" in text:
+        for mode, flag, reset in _SCREEN_MODE.findall(text):
+            if reset:
+                events.alternate_screen = events.application_cursor = events.bracketed_paste = False
+            elif mode == "1":
                 events.application_cursor = flag == "h"
+            elif mode == "2004":
+                events.bracketed_paste = flag == "h"
             else:
                 events.alternate_screen = flag == "h"
-        paste = _PASTE_MODE.findall(text) if "\x1b[?2004" in text else None
-        if paste:
-            events.bracketed_paste = paste[-1] == "h"
 
 
 def _compact_partial(raw: str) -> str:

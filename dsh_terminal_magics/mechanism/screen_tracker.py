@@ -38,8 +38,9 @@ _CURSOR_ADDRESSING = re.compile(rb"\x1b\[2J|\x1b\[(?:[2-9]|\d\d+);\d+H")
 _RESTORE = re.compile(rb"\x1b\[\?25h|\x1b\[\?1l|\x1b>")
 #: Keypad / cursor-key mode set (``h``, ``=``) or put back (``l``, ``>``).
 _KEYPAD = re.compile(rb"\x1b\[\?1([hl])|\x1b([=>])")
-#: A switch of the alternate screen (such a chunk is handled by the normaliser's own cut).
-_SCREEN_SWITCH = re.compile(rb"\x1b\[\?(?:1049|1047|47)[hl]")
+#: A switch of the alternate screen, or a full reset (which puts the main screen back); such a chunk is handled
+#: by the normaliser's own cut.
+_SCREEN_SWITCH = re.compile(rb"\x1b\[\?(?:1049|1047|47)[hl]|\x1bc")
 
 
 class ScreenTracker:
@@ -71,7 +72,7 @@ class ScreenTracker:
         a program leaves the alternate screen in it and goes on drawing the main screen - up to the switch
         and after it (``dialog``: curses' start-up switches there and back, then it draws by cursor
         addressing; when both came in one read, the drawing was taken for text) - else one."""
-        if b"\x1b[?" not in data:
+        if b"\x1b[?" not in data and b"\x1bc" not in data:
             return (data,)
         last = None
         for last in _SCREEN_SWITCH.finditer(data):

@@ -250,6 +250,19 @@ def test_ssh_waits_out_the_command_on_the_other_host(term, sshd):
     shell_gets_the_next_command(term)
 
 
+def test_reset_puts_the_main_screen_back(term):
+    """A program that died on the alternate screen leaves the terminal there; ``reset`` (a full reset, RIS)
+    puts the main screen back, as terminals do.  The session stayed on the alternate screen: every later
+    result was a snapshot of it, and nothing more went into the line history."""
+    r, _ = term("printf '\\033[?1049h\\033[?1h\\033[?2004h'; echo on-the-alternate-$((6*7))")
+    assert "on-the-alternate-42" not in term.read(), term.read()[-300:]
+    r, _ = term("reset; echo after-$((6*7))", timeout=30)
+    assert r.wait_reason == "stdin_read" and "after-42" in r.viewport, r.viewport[-300:]
+    r, _ = term("echo next-$((6*7))")
+    assert "next-42" in term.read().splitlines()[-2:], term.read()[-300:]
+    shell_gets_the_next_command(term)
+
+
 #: What a full-screen program that keeps the main screen sends (as ``top`` does): keypad on, cursor hidden,
 #: a frame by cursor addressing; as it leaves, keypad back, cursor to the bottom and shown.
 DRAWING = r"printf '\033[?1h\033=\033[?25l\033[H\033[2J\033[5;1Hframe\033[?1l\033>\033[24;1H\r\n\033[?25h'"
