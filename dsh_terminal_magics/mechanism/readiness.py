@@ -182,6 +182,8 @@ class ReadinessProbe:
         #: connected over the network (TCP, UDP), False for one of another family (a Unix socket).
         self._sockets: list[int] = []
         self._networked: dict[int, bool] = {}
+        #: The processes of the group being looked at (the foreground group, or one behind a relay).
+        self._looked_at: list[int] = []
         self._relayed: list[int] = []
         #: The process the session started (a wrapper, or the program): everything the session runs is under
         #: it.  Readers of our tty found under it outside the foreground group by the last check.
@@ -587,16 +589,13 @@ class ReadinessProbe:
         self._too_big = self._too_big_to_look_into(pids)
         if self._too_big:
             return "busy"
-        found: set[str] = set()
-        for pid in pids:
-            for tid in self._threads(pid):
-                state = self._thread_state(pid, tid, fence)
-                if state == "running":
-                    self.running_thread = (pid, tid)
-                if state in ("busy", "running"):
-                    return "busy"
-                if state is not None:
-                    found.add(state)
+        outer, self._looked_at = self._looked_at, pids
+        try:
+            found = self._thread_states(pids, fence)
+        finally:
+            self._looked_at = outer
+        if "busy" in found:
+            return "busy"
         if not found:
             return None
         if "stale" in found:
@@ -604,6 +603,21 @@ class ReadinessProbe:
         if "tty" in found:
             return "busy" if len(pids) > 1 and self._runs_a_command(pids) else "tty"
         return "idle"
+
+    def _thread_states(self, pids: list[int], fence: Fence) -> set[str]:
+        """The states of the threads of ``pids`` (see :meth:`_thread_state`): up to the first that is busy or
+        running, as ``"busy"``."""
+        found: set[str] = set()
+        for pid in pids:
+            for tid in self._threads(pid):
+                state = self._thread_state(pid, tid, fence)
+                if state == "running":
+                    self.running_thread = (pid, tid)
+                if state in ("busy", "running"):
+                    return {"busy"}
+                if state is not None:
+                    found.add(state)
+        return found
 
     def _outside_reader(self, members: list[int], fence: Fence) -> str:
         """``"tty"`` when a process the session runs outside the foreground group (``pinentry`` under
@@ -714,25 +728,45 @@ class ReadinessProbe:
         return "tty" if fresh else "stale"
 
     def _over_the_network(self, pid: int, sockets: list[int]) -> bool:
-        """Whether one of ``pid``'s ``sockets`` (inodes) is a connected TCP or UDP socket: a thread that waits on
-        our tty and on one passes our input to another host (``ssh``, ``telnet``, ``nc``), and its wait is no
-        prompt - the command it passed it to may run there still, unseen.  (A Unix socket is not: asyncio's
-        own wake-up pair is one, in IPython's wait at its prompt.)  What a socket is, is remembered, but for
-        one still connecting."""
+        """Whether one of ``pid``'s ``sockets`` (inodes) is a connected TCP or UDP socket to a process not in the
+        group looked at: a thread that waits on our tty and on one passes our input to another host (``ssh``,
+        ``telnet``, ``nc``), and its wait is no prompt - the command it passed it to may run there still,
+        unseen.  A connection to a member is not (``node inspect`` talks to the program it debugs, whose
+        state the group's answers); nor is a Unix socket (asyncio's own wake-up pair is one, in IPython's wait
+        at its prompt).  What a socket is, is remembered, but for one still connecting."""
         known = self._networked
         if any(known.get(inode) for inode in sockets):
             return True
         unknown = [inode for inode in sockets if inode not in known]
         if not unknown:
             return False
-        listed = _inet_sockets(pid)
+        by_inode, by_ends = _inet_sockets(pid)
         if len(known) > MAX_FDS_LOOKED:
             known.clear()
         for inode in unknown:
-            state = listed.get(inode)
-            if state not in _CONNECTING:
-                known[inode] = state == _CONNECTED
+            state, (protocol, local, remote) = by_inode.get(inode, (b"", ("", b"", b"")))
+            if state in _CONNECTING:
+                continue
+            peer = by_ends.get((protocol, remote, local)) if state == _CONNECTED else None
+            known[inode] = state == _CONNECTED and not (peer is not None and self._held_by_members(peer))
         return any(known.get(inode) for inode in unknown)
+
+    def _held_by_members(self, inode: int) -> bool:
+        """Whether a process of the group looked at holds socket ``inode`` (the look stops at
+        :data:`MAX_FDS_LOOKED` descriptors a process)."""
+        link = f"socket:[{inode}]"
+        for member in self._looked_at:
+            try:
+                fds = os.listdir(f"/proc/{member}/fd")[:MAX_FDS_LOOKED]
+            except OSError:
+                continue
+            for fd in fds:
+                try:
+                    if os.readlink(f"/proc/{member}/fd/{fd}") == link:
+                        return True
+                except OSError:
+                    continue
+        return False
 
     def _runs_a_command(self, members: list[int]) -> bool:
         """Whether a member of the group waits for a child of the group (``wait4``, ``waitid``) that is still
@@ -1038,10 +1072,16 @@ def _node(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
-def _inet_sockets(pid: int) -> dict[int, bytes]:
-    """Inode -> state (``b"01"``: connected) of the TCP and UDP sockets of ``pid``'s network namespace, from
-    the first :data:`MAX_SOCKET_TABLE` bytes of each table."""
-    found: dict[int, bytes] = {}
+#: A socket's ends as ``/proc/PID/net`` tables show them: the protocol, the local and the remote address.
+_Ends = tuple[str, bytes, bytes]
+
+
+def _inet_sockets(pid: int) -> tuple[dict[int, tuple[bytes, _Ends]], dict[_Ends, int]]:
+    """The TCP and UDP sockets of ``pid``'s network namespace, from the first :data:`MAX_SOCKET_TABLE` bytes of
+    each table: inode -> (state, ends), ``b"01"`` being connected; and ends -> inode, to find a connection's
+    other end on this host (its ends are the same, the other way round)."""
+    by_inode: dict[int, tuple[bytes, _Ends]] = {}
+    by_ends: dict[_Ends, int] = {}
     for table in ("tcp", "tcp6", "udp", "udp6"):
         try:
             with open(f"/proc/{pid}/net/{table}", "rb") as f:
@@ -1051,8 +1091,10 @@ def _inet_sockets(pid: int) -> dict[int, bytes]:
         for line in lines:
             fields = line.split()
             if len(fields) > 9 and fields[9].isdigit():
-                found[int(fields[9])] = fields[3]
-    return found
+                ends = (table[:3], fields[1], fields[2])
+                by_inode[int(fields[9])] = (fields[3], ends)
+                by_ends[ends] = int(fields[9])
+    return by_inode, by_ends
 
 
 def _pts_index(rdev: int) -> int | None:

@@ -250,6 +250,24 @@ def test_ssh_waits_out_the_command_on_the_other_host(term, sshd):
     shell_gets_the_next_command(term)
 
 
+@needs["node"]
+def test_node_inspect_waits_for_the_program_it_debugs(term, tmp_path):
+    """``node inspect``'s prompt waits on our terminal and on its connection to the program it debugs, a
+    member of its group, whose state answers: ``cont`` ends when that program pauses again - not on the idle
+    window, as a send to a relay to another host does (taking every connection for one failed this)."""
+    (tmp_path / "busy.js").write_text("let x = 0;\nconst t = Date.now(); while (Date.now() - t < 500) x++;\n"
+                                      "debugger;\nconsole.log('after-' + (6 * 7));\n")
+    term("node inspect --port=0 busy.js", timeout=30)
+    wait_for(lambda: term.read().rstrip().endswith("debug>"))  # (the start-up's last lines come late)
+    r, _ = term("cont", timeout=30)
+    assert r.wait_reason == "stdin_read" and "break in busy.js:3" in r.viewport, r.viewport[-300:]
+    assert r.viewport.endswith("debug> "), r.viewport[-300:]
+    r, _ = term("cont", timeout=30)
+    assert r.wait_reason == "stdin_read" and "after-42" in r.viewport, r.viewport[-300:]
+    r, _ = term(".exit", timeout=30)
+    shell_gets_the_next_command(term)
+
+
 def test_reset_puts_the_main_screen_back(term):
     """A program that died on the alternate screen leaves the terminal there; ``reset`` (a full reset, RIS)
     puts the main screen back, as terminals do.  The session stayed on the alternate screen: every later
