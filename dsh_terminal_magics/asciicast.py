@@ -167,8 +167,7 @@ def _open_confined(path: str, root: str) -> tuple[int, str]:
     if os.path.isabs(path) or not path or ".." in parts or any(p in ("", ".") for p in parts):
         raise InvalidArgumentError(f"recording path {path!r} must be a plain relative path inside the recordings "
                                    f"directory {root} (no leading '/', no '..'), e.g. 'demo.cast'")
-    os.makedirs(root, exist_ok=True)
-    directory = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    directory = _open_recordings_directory(root)
     try:
         for part in parts[:-1]:
             try:
@@ -189,6 +188,18 @@ def _open_confined(path: str, root: str) -> tuple[int, str]:
         return fd, os.path.join(root, *parts)
     finally:
         os.close(directory)
+
+
+def _open_recordings_directory(root: str) -> int:
+    """The recordings directory, made if missing, opened as itself: a symlink there (which a session's own
+    program can put in the workspace) is not followed - it sent a model's recording anywhere."""
+    try:
+        os.makedirs(root, exist_ok=True)
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        why = "it is a symlink, which is not followed" if os.path.islink(root) else exc.strerror
+        raise InvalidArgumentError(f"cannot record into the recordings directory {root}: {why}; make it a "
+                                   "directory (or set recordDir to one)") from None
 
 
 def read_cast(path: str) -> tuple[dict, list[tuple[float, str, str]]]:

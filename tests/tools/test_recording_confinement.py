@@ -55,6 +55,18 @@ def test_existing_files_fifos_and_symlinks_are_refused(confined, tmp_path):
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
+@pytest.mark.parametrize("target", ["elsewhere", "missing"])
+def test_a_symlink_as_the_recordings_directory_is_refused(confined, tmp_path, target):
+    """A session's program can put a symlink where the recordings directory goes (the workspace is writable
+    to it): a model's recording went wherever it pointed (or a raw FileExistsError came back, dangling)."""
+    tools, agent, sid, root = confined
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / target, root)
+    with pytest.raises(TerminalError, match="recordings directory .* symlink, which is not followed"):
+        tools.call("terminal_record", {"sessionId": sid, "action": "start", "path": "x.cast"}, agent=agent)
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and not (tmp_path / "missing").exists()
+
+
 def test_a_new_file_inside_is_written(confined):
     tools, agent, sid, root = confined
     started = tools.call("terminal_record", {"sessionId": sid, "action": "start", "path": "demo.cast"}, agent=agent)
