@@ -199,10 +199,10 @@ def test_sleep_is_never_mistaken_for_a_prompt(manager, agent, shell):
 
 def test_the_exit_code_of_a_command_before_the_one_running_is_not_reported(manager, agent, shell):
     """A command typed while the last one still ran starts after that one's exit code arrives: the send then
-    ends with the new command running, and the code is not the running command's."""
-    r = send(manager, agent, shell, "sleep 1; (exit 3)", idle=0.2)
+    ends with the new command running, and the code is not the running command's (it was 3)."""
+    r = send(manager, agent, shell, "sleep 2; (exit 3)", idle=0.2)
     assert (r.wait_reason, r.exit_code) == ("inferred_idle", None), r
-    r = send(manager, agent, shell, "sleep 30", timeout=4, idle=10)
+    r = send(manager, agent, shell, "sleep 30", timeout=6, idle=10)
     assert (r.wait_reason, r.exit_code) == ("timeout", None), r
     manager.sync.signal(agent, shell, "SIGINT")
     r = send(manager, agent, shell, "(exit 4)")
