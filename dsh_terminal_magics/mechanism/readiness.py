@@ -788,7 +788,8 @@ class ReadinessProbe:
         """``pid``'s children in the group, but for background jobs: a shell without job control runs ``job &``
         in its own group with its input from ``/dev/null`` (``sh -c 'server & client'``: the client asks)."""
         commands = []
-        for child in self._kids.get(pid, ()):
+        kids = self._kids.get(pid)
+        for child in kids if kids is not None else self._children(pid):  # (a group behind a relay: not walked)
             if child in group:
                 try:
                     if os.readlink(f"/proc/{child}/fd/0") == "/dev/null":

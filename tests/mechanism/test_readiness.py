@@ -122,13 +122,15 @@ SOCKET_RELAY = (
     "        ours.send(data) if fd == 0 else os.write(1, data)\"")
 
 
-@pytest.mark.parametrize("relay", ["cat | sh", SOCKET_RELAY], ids=["pipe", "socket"])
-def test_a_reader_that_passes_input_on_waits_for_the_command_it_fed(manager, agent, shell, relay):
+@pytest.mark.parametrize("starts", [["cat | sh"], [SOCKET_RELAY], ["script -q /dev/null", "cat | sh"]],
+                         ids=["pipe", "socket", "pipe-behind-a-relay"])
+def test_a_reader_that_passes_input_on_waits_for_the_command_it_fed(manager, agent, shell, starts):
     """The group's reader of the terminal reads it again at once, having passed the line on; the command it
     fed runs still (its shell waits for ``sleep``).  The send came back at once with only the echo, and the
-    output came later.  A command reading what is passed on waits for us, and a background job does not
-    count: its input is ``/dev/null``."""
-    send(manager, agent, shell, relay)
+    output came later; behind ``script`` too.  A command reading what is passed on waits for us, and a
+    background job does not count: its input is ``/dev/null``."""
+    for command in starts:
+        send(manager, agent, shell, command)
     r = send(manager, agent, shell, "sleep 0.5; echo done-$((6*7))", timeout=30)
     assert r.wait_reason == "stdin_read" and "done-42" in r.viewport, r
     r = send(manager, agent, shell, "read x; echo got-$x", timeout=30)
