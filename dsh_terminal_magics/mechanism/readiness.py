@@ -38,6 +38,7 @@ import fcntl
 import math
 import os
 import platform
+import socket
 import struct
 import termios
 import threading
@@ -110,8 +111,12 @@ MAX_OUTSIDE_READERS = 8
 #: Most bytes of a ``/proc/PID/net`` socket table read (about 1700 sockets): a socket past them is not known
 #: to be connected over the network.
 MAX_SOCKET_TABLE = 256 * 1024
+#: Netlink socket diagnostics: the protocol, the request, what a Unix socket's answer is to show, its peer.
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY, _UDIAG_SHOW_PEER, _UNIX_DIAG_PEER = 4, 20, 4, 2
 #: Socket states in those tables: connected; still connecting (looked up again at the next wait).
 _CONNECTED = b"01"
+#: A socket's other end is not in the group looked at.
+_AWAY = -1
 _CONNECTING = (b"02", b"03")
 #: The device numbers of Unix98 pty slaves: majors 136-143.
 _PTS_MAJORS = range(136, 144)
@@ -178,10 +183,10 @@ class ReadinessProbe:
         self._relay_depth = 0
         #: PTY masters among the fds of the wait just read; processes found under relays by this check.
         self._masters: list[int] = []
-        #: Socket inodes among the fds of the wait just read, and what is known of sockets seen: True for one
-        #: connected over the network (TCP, UDP), False for one of another family (a Unix socket).
+        #: Socket inodes among the fds of the wait just read, and what is at the other end of sockets seen: a
+        #: process of the group looked at, :data:`_AWAY` (another host, or a process outside), or None.
         self._sockets: list[int] = []
-        self._networked: dict[int, bool] = {}
+        self._peers: dict[int, int | None] = {}
         #: The processes of the group being looked at (the foreground group, or one behind a relay).
         self._looked_at: list[int] = []
         self._relayed: list[int] = []
@@ -634,6 +639,13 @@ class ReadinessProbe:
         group_stat = self._stat(members[0]) if members and not self._relay_depth else None
         if group_stat is None:
             return "idle"
+        outer, self._looked_at = self._looked_at, members  # (a tmux server's socket to its client, a member)
+        try:
+            return self._outside_state(members, group_stat, fence)
+        finally:
+            self._looked_at = outer
+
+    def _outside_state(self, members: list[int], group_stat: ProcessStat, fence: Fence) -> str:
         now = time.monotonic()
         if now - self._outside_at < OUTSIDE_GAP:  # too soon for a walk: the readers it found, again
             self._outside_owed = True
@@ -709,10 +721,14 @@ class ReadinessProbe:
         if not waits_on_tty:
             self._other_waits[(pid, tid)] = syscall
             return "idle"
-        if self._sockets and self._over_the_network(pid, self._sockets):
+        if self._sockets and self._passes_input_away(pid, self._sockets):
             return "busy"  # (ssh: what we type runs on another host, where nothing is seen)
         self._tty_waiters.add(pid)
         fresh = fence.accept_stale or fence.schedstat.get((pid, tid)) != after
+        if fresh and not self._masters and self._sockets and self._serves_a_member(pid, self._sockets):
+            # It kept our input and talks to another member: it counts once settled, with no new output (a
+            # tmux server whose last pane has exited reads our tty a moment before it tells its client to go).
+            self.kept_by_relay = True
         if self._masters and self._relay_depth < MAX_RELAY_DEPTH:
             own_timeout, self._timeout = self._timeout, timeout_before  # (the inner wait's timeout counts)
             state = self._relayed_state(pid, self._masters, fence)
@@ -727,32 +743,48 @@ class ReadinessProbe:
             self.tty_readers.append(pid)
         return "tty" if fresh else "stale"
 
-    def _over_the_network(self, pid: int, sockets: list[int]) -> bool:
-        """Whether one of ``pid``'s ``sockets`` (inodes) is a connected TCP or UDP socket to a process not in the
-        group looked at: a thread that waits on our tty and on one passes our input to another host (``ssh``,
-        ``telnet``, ``nc``), and its wait is no prompt - the command it passed it to may run there still,
-        unseen.  A connection to a member is not (``node inspect`` talks to the program it debugs, whose
-        state the group's answers); nor is a Unix socket (asyncio's own wake-up pair is one, in IPython's wait
-        at its prompt).  What a socket is, is remembered, but for one still connecting."""
-        known = self._networked
-        if any(known.get(inode) for inode in sockets):
-            return True
+    def _passes_input_away(self, pid: int, sockets: list[int]) -> bool:
+        """Whether one of ``pid``'s ``sockets`` (inodes) is connected to a process not in the group looked at:
+        a thread that waits on our tty and on such a socket passes our input to another host (``ssh``,
+        ``telnet``, ``nc``) or to a daemon (``docker exec``, ssh's shared connection), and its wait is no
+        prompt - the command it passed it to may run there still, unseen.  A connection to a member is not
+        (``node inspect`` talks to the program it debugs, whose state the group's answers; asyncio's own
+        wake-up pair, in IPython's wait at its prompt, is a pair of sockets in one process).  What a socket
+        is, is remembered (in :attr:`_peers`), but for one still connecting."""
+        known = self._peers
         unknown = [inode for inode in sockets if inode not in known]
-        if not unknown:
-            return False
+        if unknown:
+            self._learn_peers(pid, unknown)
+        return any(known.get(inode) == _AWAY for inode in sockets)
+
+    def _serves_a_member(self, pid: int, sockets: list[int]) -> bool:
+        """Whether one of ``pid``'s ``sockets`` is connected to another process of the group looked at (known
+        from :meth:`_passes_input_away`): a tmux server talking to its client, a debugger to its program."""
+        return any(self._peers.get(inode) not in (None, _AWAY, pid) for inode in sockets)
+
+    def _learn_peers(self, pid: int, inodes: list[int]) -> None:
+        """Note for each socket what is at its other end: :data:`_AWAY`, a member's pid, or None (not
+        connected, or no TCP, UDP or Unix socket)."""
+        known = self._peers
         by_inode, by_ends = _inet_sockets(pid)
         if len(known) > MAX_FDS_LOOKED:
             known.clear()
-        for inode in unknown:
-            state, (protocol, local, remote) = by_inode.get(inode, (b"", ("", b"", b"")))
-            if state in _CONNECTING:
-                continue
-            peer = by_ends.get((protocol, remote, local)) if state == _CONNECTED else None
-            known[inode] = state == _CONNECTED and not (peer is not None and self._held_by_members(peer))
-        return any(known.get(inode) for inode in unknown)
+        for inode in inodes:
+            if inode in by_inode:
+                state, (protocol, local, remote) = by_inode[inode]
+                if state in _CONNECTING:
+                    continue
+                peer = by_ends.get((protocol, remote, local)) if state == _CONNECTED else -1
+                if peer is None:  # (the other end is on another host)
+                    known[inode] = _AWAY
+                    continue
+            else:
+                peer = _unix_peer(inode)
+            holder = self._holder_among_members(peer) if peer is not None and peer >= 0 else None
+            known[inode] = None if peer is None or peer < 0 else _AWAY if holder is None else holder
 
-    def _held_by_members(self, inode: int) -> bool:
-        """Whether a process of the group looked at holds socket ``inode`` (the look stops at
+    def _holder_among_members(self, inode: int) -> int | None:
+        """The process of the group looked at that holds socket ``inode``, if any (the look stops at
         :data:`MAX_FDS_LOOKED` descriptors a process)."""
         link = f"socket:[{inode}]"
         for member in self._looked_at:
@@ -763,10 +795,10 @@ class ReadinessProbe:
             for fd in fds:
                 try:
                     if os.readlink(f"/proc/{member}/fd/{fd}") == link:
-                        return True
+                        return member
                 except OSError:
                     continue
-        return False
+        return None
 
     def _runs_a_command(self, members: list[int]) -> bool:
         """Whether a member of the group waits for a child of the group (``wait4``, ``waitid``) that is still
@@ -1071,6 +1103,30 @@ def _node(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def _unix_peer(inode: int) -> int | None:
+    """The inode of the other end of Unix socket ``inode`` (in this process's network namespace), asked of
+    the kernel's socket diagnostics over netlink; None when it is no connected Unix socket there."""
+    request = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, inode & 0xFFFFFFFF, _UDIAG_SHOW_PEER,
+                          0xFFFFFFFF, 0xFFFFFFFF)
+    try:
+        with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as diag:
+            diag.settimeout(1.0)
+            diag.sendto(struct.pack("=IHHII", 16 + len(request), _SOCK_DIAG_BY_FAMILY, 1, 1, 0) + request, (0, 0))
+            answer = diag.recv(8192)
+        length, kind = struct.unpack_from("=IH", answer)
+        offset = 32  # (the netlink header, then unix_diag_msg; its attributes follow)
+        while kind == _SOCK_DIAG_BY_FAMILY and offset + 8 <= min(length, len(answer)):
+            size, attribute = struct.unpack_from("=HH", answer, offset)
+            if attribute == _UNIX_DIAG_PEER:
+                return int(struct.unpack_from("=I", answer, offset + 4)[0]) or None
+            if size < 4:
+                break
+            offset += (size + 3) & ~3
+    except (OSError, struct.error):
+        pass
+    return None
 
 
 #: A socket's ends as ``/proc/PID/net`` tables show them: the protocol, the local and the remote address.

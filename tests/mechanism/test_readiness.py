@@ -145,32 +145,41 @@ def test_a_reader_that_passes_input_on_waits_for_the_command_it_fed(manager, age
     assert r.wait_reason == "stdin_read" and "read-42" in r.viewport, r
 
 
-#: A shell served over TCP, outside the session: it prints its port, then runs ``sh`` on the connection.
+#: A shell served outside the session, over TCP or a Unix socket: it prints its address, then runs ``sh`` on
+#: the connection.
 SHELL_SERVER = (
-    "import socket, subprocess\n"
-    "server = socket.create_server(('127.0.0.1', 0))\n"
-    "print(server.getsockname()[1], flush=True)\n"
+    "import socket, subprocess, sys\n"
+    "if sys.argv[1] == 'tcp':\n"
+    "    server = socket.create_server(('127.0.0.1', 0)); print(repr(server.getsockname()), flush=True)\n"
+    "else:\n"
+    "    server = socket.socket(socket.AF_UNIX); server.bind(sys.argv[2]); server.listen()\n"
+    "    print(repr(sys.argv[2]), flush=True)\n"
     "connection = server.accept()[0]\n"
     "subprocess.run(['sh'], stdin=connection, stdout=connection, stderr=connection)\n")
 
 
-@pytest.fixture
-def shell_server():
+@pytest.fixture(params=["tcp", "unix"])
+def shell_server(request, tmp_path):
     import subprocess
 
-    server = subprocess.Popen([sys.executable, "-c", SHELL_SERVER], stdout=subprocess.PIPE, text=True)
-    yield int(server.stdout.readline())
+    server = subprocess.Popen([sys.executable, "-c", SHELL_SERVER, request.param, str(tmp_path / "shell.sock")],
+                              stdout=subprocess.PIPE, text=True)
+    yield request.param, server.stdout.readline().strip()
     server.kill()
     server.wait()
     server.stdout.close()
 
 
 def test_a_relay_to_another_host_is_not_a_prompt(manager, agent, shell, shell_server):
-    """A program that copies the terminal to a TCP connection (as ssh does) waits on our tty again as soon as
-    it has sent a line on; what runs at the other end is not seen.  Its wait is no prompt: the send ends on
-    the idle window, with the output.  It came back at once as ``stdin_read``, with only the echo."""
+    """A program that copies the terminal to a connection (as ssh does over TCP, and ``docker exec`` or ssh's
+    shared connection over a Unix socket) waits on our tty again as soon as it has sent a line on; what runs
+    at the other end is not seen.  Its wait is no prompt: the send ends on the idle window, with the output.
+    It came back at once as ``stdin_read``, with only the echo."""
+    family, address = shell_server
+    connect = f"socket.create_connection({address})" if family == "tcp" else \
+        f"socket.socket(socket.AF_UNIX); far.connect({address})"
     relay = (f"{sys.executable} -c \"import os, select, socket\n"
-             f"far = socket.create_connection(('127.0.0.1', {shell_server}))\n"
+             f"far = {connect}\n"
              "while True:\n"
              "    for fd in select.select([0, far], [], [])[0]:\n"
              "        data = os.read(0, 1024) if fd == 0 else far.recv(1024)\n"
