@@ -115,9 +115,9 @@ MAX_SOCKET_TABLE = 256 * 1024
 _NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY, _UDIAG_SHOW_PEER, _UNIX_DIAG_PEER = 4, 20, 4, 2
 #: Socket states in those tables: connected; still connecting (looked up again at the next wait).
 _CONNECTED = b"01"
+_CONNECTING = (b"02", b"03")
 #: A socket's other end is not in the group looked at.
 _AWAY = -1
-_CONNECTING = (b"02", b"03")
 #: The device numbers of Unix98 pty slaves: majors 136-143.
 _PTS_MAJORS = range(136, 144)
 
@@ -774,31 +774,23 @@ class ReadinessProbe:
                 state, (protocol, local, remote) = by_inode[inode]
                 if state in _CONNECTING:
                     continue
-                peer = by_ends.get((protocol, remote, local)) if state == _CONNECTED else -1
-                if peer is None:  # (the other end is on another host)
+                peer = by_ends.get((protocol, remote, local)) if state == _CONNECTED else None
+                if state == _CONNECTED and peer is None:  # (the other end is on another host)
                     known[inode] = _AWAY
                     continue
             else:
                 peer = _unix_peer(inode)
-            holder = self._holder_among_members(peer) if peer is not None and peer >= 0 else None
-            known[inode] = None if peer is None or peer < 0 else _AWAY if holder is None else holder
+            if peer is None:  # (not connected)
+                known[inode] = None
+                continue
+            holder = self._holder_among_members(peer)
+            known[inode] = _AWAY if holder is None else holder
 
     def _holder_among_members(self, inode: int) -> int | None:
         """The process of the group looked at that holds socket ``inode``, if any (the look stops at
         :data:`MAX_FDS_LOOKED` descriptors a process)."""
         link = f"socket:[{inode}]"
-        for member in self._looked_at:
-            try:
-                fds = os.listdir(f"/proc/{member}/fd")[:MAX_FDS_LOOKED]
-            except OSError:
-                continue
-            for fd in fds:
-                try:
-                    if os.readlink(f"/proc/{member}/fd/{fd}") == link:
-                        return member
-                except OSError:
-                    continue
-        return None
+        return next((member for member in self._looked_at if link in _fd_links(member, MAX_FDS_LOOKED)), None)
 
     def _runs_a_command(self, members: list[int]) -> bool:
         """Whether a member of the group waits for a child of the group (``wait4``, ``waitid``) that is still
@@ -809,12 +801,8 @@ class ReadinessProbe:
         reads the tty itself (a program waiting for its helper in one thread while another asks)."""
         group = set(members)
         waiters = {pid for (pid, _), wait in self._other_waits.items() if self._syscall_number(wait) in _CHILD_WAITS}
-        for pid in members:
-            if pid in self._tty_waiters or pid not in waiters:
-                continue
-            if not all(self._at_rest(child, group, MAX_RELAY_PROCESSES) for child in self._commands(pid, group)):
-                return True
-        return False
+        return any(not all(self._at_rest(child, group, MAX_RELAY_PROCESSES) for child in self._commands(pid, group))
+                   for pid in (waiters & group) - self._tty_waiters)
 
     def _commands(self, pid: int, group: set[int]) -> list[int]:
         """``pid``'s children in the group, but for background jobs: a shell without job control runs ``job &``
@@ -1078,18 +1066,21 @@ class _HolderSearch:
 
 def _pts_links(pid: str) -> set[str]:
     """The pts devices among ``pid``'s open fds (by their ``/proc/PID/fd`` links)."""
+    return {target for target in _fd_links(pid) if target.startswith("/dev/pts/")}
+
+
+def _fd_links(pid: int | str, limit: int | None = None) -> set[str]:
+    """What ``pid``'s open fds point to, as their ``/proc/PID/fd`` links show it (its first ``limit`` fds)."""
     try:
-        fds = os.listdir(f"/proc/{pid}/fd")
+        fds = os.listdir(f"/proc/{pid}/fd")[:limit]
     except OSError:
         return set()
     out = set()
     for fd in fds:
         try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            out.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
         except OSError:
             continue
-        if target.startswith("/dev/pts/"):
-            out.add(target)
     return out
 
 
