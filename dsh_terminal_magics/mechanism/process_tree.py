@@ -16,6 +16,7 @@ import ctypes
 import os
 import resource
 import signal
+import termios
 import time
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
@@ -318,8 +319,22 @@ def make_leader_preexec(parent_pid: int):  # type: ignore[no-untyped-def]
         for sig in ignored:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        no_flow_control(0)
 
     return preexec
+
+
+def no_flow_control(fd: int) -> None:
+    """Turn XON/XOFF flow control off on terminal ``fd`` (``stty -ixon``): nobody reads a session's screen
+    but us, and we read all of it, so a C-s could only stop its output - for good, with every later send
+    timing out on silence.  Programs then get C-s and C-q as keys (readline's forward search)."""
+    try:
+        attrs = termios.tcgetattr(fd)
+        if attrs[0] & termios.IXON:
+            attrs[0] &= ~termios.IXON
+            termios.tcsetattr(fd, termios.TCSANOW, attrs)
+    except termios.error:
+        pass
 
 
 @dataclass

@@ -34,6 +34,9 @@ MAX_READS = 32
 #: one cost, so a program printing what is slow to process (cursor games, a flood of empty lines) cannot hold
 #: the loop - every other session's sends wait behind each batch.
 TURN_BUDGET = 0.004
+#: The key that stops a terminal's output while XON/XOFF flow control is on (C-s; see
+#: :func:`~.process_tree.no_flow_control`).
+_STOP_KEY = b"\x13"
 
 
 def spawn(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
@@ -209,6 +212,28 @@ class PtyChild:
         if not attrs[3] & termios.ISIG or not isinstance(key, bytes) or key == b"\x00":
             return None
         return key
+
+    def without_output_stop(self, data: bytes) -> bytes:
+        """``data`` less the key that would stop the terminal's output (C-s while a program has turned XON/XOFF
+        flow control back on: ``stty sane``, ``reset``).  The terminal takes that key itself, so the program
+        never sees it either way; written, it would only stop the output for good."""
+        if _STOP_KEY not in data:
+            return data
+        try:
+            attrs = termios.tcgetattr(self.master_fd)
+        except (OSError, termios.error):
+            return data
+        return data.replace(_STOP_KEY, b"") if attrs[0] & termios.IXON and attrs[6][termios.VSTOP] == _STOP_KEY \
+            else data
+
+    def restart_output(self) -> None:
+        """Let output flow again if something stopped it (a program's ``tcflow(TCOOFF)``, a stop key we
+        could not see coming): no output may wait for a key nobody knows to press."""
+        if self.slave_fd >= 0:
+            try:
+                termios.tcflow(self.slave_fd, termios.TCOON)
+            except termios.error:
+                pass
 
     def write_now(self, data: bytes) -> int:
         """Write what the PTY takes now; returns the bytes written."""

@@ -381,10 +381,12 @@ class Session:
         return await self.child.write_all(data, deadline) if self.running and self.child is not None else 0
 
     def type_input(self, data: bytes) -> None:
-        """Type ``data`` into the terminal without waiting, as a person at the keyboard would."""
-        if self.running:
+        """Type ``data`` into the terminal without waiting, as a person at the keyboard would (less a key that
+        would stop the output, as for a send)."""
+        if self.running and self.child is not None:
             self._typed_since_prompt = True
-            self.loop.create_task(self.write_all(data, time.monotonic() + 30.0))
+            self.child.restart_output()
+            self.loop.create_task(self.write_all(self.child.without_output_stop(data), time.monotonic() + 30.0))
 
     # -- sends -----------------------------------------------------------------------------
     def check_can_send(self) -> None:
@@ -406,6 +408,8 @@ class Session:
         payload, escape_sent = self._payload(request)  # may refuse bad input: before any change
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self.write_now(payload[:4096]) if payload else 0  # the program starts on it at once
+        if self.child is not None:
+            self.child.restart_output()
         if payload:
             self._typed_since_prompt = True
         op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
@@ -417,7 +421,13 @@ class Session:
     def _payload(self, request: SendRequest) -> tuple[bytes, bool]:
         """The bytes to write for ``request``, and whether the caller sent an ESC (the paste brackets are
         ours): pasted or ending in a line feed when the program needs it (:meth:`SendRequest.wants_paste`,
-        :meth:`SendRequest.types_ahead`).  Raises for a bad key, or a line too long for a line-mode reader."""
+        :meth:`SendRequest.types_ahead`), without a key that would stop the output
+        (:meth:`PtyChild.without_output_stop`).  Raises for a bad key, or a line too long for a line-mode
+        reader."""
+        payload, escape_sent = self._keys_and_text(request)
+        return (self.child.without_output_stop(payload) if self.child is not None else payload), escape_sent
+
+    def _keys_and_text(self, request: SendRequest) -> tuple[bytes, bool]:
         screen = self.screen
         typed = request.payload(screen.application_cursor)
         if len(typed) > MAX_LINE_MODE_LINE and self.probe is not None and self.probe.reads_lines():

@@ -608,3 +608,39 @@ def test_ctrl_c_in_the_python_session_interrupts_the_code_not_the_session(agent_
     tools.call("job_kill", {"jobId": r.job_id}, agent=agent)
     r = send("print(6*7)")
     assert r.session_status == "running" and "42" in r.viewport, r
+
+def test_c_s_reaches_the_program_as_a_key(term):
+    """Sessions start without XON/XOFF flow control (``stty -ixon``): C-s is a key like any other."""
+    r, _ = term("stty -a")
+    assert "-ixon" in r.viewport.split(), r.viewport
+    r, t = term('read -n 1 key; printf "code %d\\n" "\'$key"')
+    prompt(r, t, "")
+    r, t = term("", keys=["C-s"], submit=False)
+    assert r.wait_reason == "stdin_read" and "code 19" in r.viewport, r.viewport
+    shell_gets_the_next_command(term)
+
+
+def test_c_s_with_flow_control_turned_back_on_does_not_stop_the_output(term):
+    """``stty ixon`` (or ``stty sane``, ``reset``) turns flow control back on: the terminal then takes C-s
+    itself and stops all output - every later send timed out on silence.  The key is not written."""
+    r, _ = term("stty ixon")
+    assert r.wait_reason == "stdin_read"
+    r, _ = term("", keys=["C-s"], submit=False, timeout=5)
+    assert r.wait_reason == "stdin_read", r.wait_reason
+    r, t = term("echo typed-$((6*7))", timeout=5)
+    prompt(r, t, "typed-42")
+    r, t = term("echo some text\x13 with a stop key in it", timeout=5)
+    prompt(r, t, "some text with a stop key in it")
+    shell_gets_the_next_command(term)
+
+
+def test_output_a_program_stopped_flows_again_at_the_next_send(term):
+    """A program that stops the terminal's output (``tcflow(TCOOFF)``) leaves the shell blocked writing its
+    prompt; the next send starts it again."""
+    r, _ = term("python3 -c 'import termios; termios.tcflow(1, termios.TCOOFF)'; echo stopped-$((6*7))",
+                idle=0.5, timeout=5)
+    assert "stopped-42" not in r.viewport, r.viewport
+    r, t = term("echo next-$((6*7))", timeout=5)
+    assert r.wait_reason == "stdin_read" and "next-42" in r.viewport, r.viewport
+    assert "stopped-42" in term.read()
+    shell_gets_the_next_command(term)
