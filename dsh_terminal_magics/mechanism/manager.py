@@ -221,6 +221,11 @@ class SessionManager:
                 # A stopped process acts on nothing until it is continued (a shell that ran kill -STOP $$
                 # kept the terminal, and every signal but SIGKILL waited for ever): as kill(1) does for jobs.
                 os.killpg(pgid, signal_module.SIGCONT)
+            elif name == "SIGTSTP" and pgid == session.pid:
+                # The session's own program has the terminal: nothing above it could continue it.  The kernel
+                # voids a stop from the terminal for a session's first process; under bubblewrap it would not
+                # (see Session.wake_program), so it is voided here alike.
+                os.killpg(pgid, signal_module.SIGCONT)
         except OSError as exc:
             raise SessionNotRunningError(f"could not signal process group {pgid}: {exc.strerror}; "
                                          "the command may have just ended - read the session and try again")

@@ -166,6 +166,9 @@ class ReadinessProbe:
         #: ``syscall`` lines ("stopped": stopped), and the processes with a thread waiting on the tty.
         self._other_waits: dict[tuple[int, int], str] = {}
         self._tty_waiters: set[int] = set()
+        #: Whether the last check found the program itself stopped by a signal (``T``: C-z, ``SIGSTOP``; not a
+        #: tracer's stop) - with nothing above it in the session to continue it (see :meth:`Session.wake_program`).
+        self.program_stopped = False
         #: Thread ids per pid, read once per check (a walk and the verdict both need them).
         self._tasks: dict[int, list[int]] = {}
         #: Children per member, read by the walk (the verdict checks that none were added since).
@@ -335,6 +338,7 @@ class ReadinessProbe:
         self._outside = []
         self.tty_readers = []
         self._other_waits, self._tty_waiters = {}, set()
+        self.program_stopped = False
         self._too_big = False
         self.through_relay = self.kept_by_relay = False
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
@@ -704,6 +708,7 @@ class ReadinessProbe:
             # when gdb stopped it on ^C still shows in its syscall file, until gdb takes the terminal back.)
             sample[(pid, tid)] = before
             self._other_waits[(pid, tid)] = "stopped"
+            self.program_stopped = self.program_stopped or (pid == self.leader_pid and stat.state == "T")
             return "idle"
         if stat.state != "S":
             return "running"

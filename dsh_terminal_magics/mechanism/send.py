@@ -362,6 +362,8 @@ class SendOperation:
             self._checked_at, self._checked = now, True
             if self._ready(self.fence, self._partial_from) and self._nothing_asked_since():
                 return "stdin_read"
+            if session.probe is not None and session.probe.program_stopped:
+                session.wake_program()
         if self.cancel_requested:
             if now - self.interrupted_at > INTERRUPT_GRACE:
                 return "timeout"

@@ -488,6 +488,19 @@ class Session:
         if self.child is not None:
             self.child.stop_watching_exits()
 
+    def wake_program(self) -> None:
+        """Continue the session's program, found stopped (C-z, ``SIGTSTP``, ``SIGSTOP``), and its group.
+
+        Nothing else would: it has no shell above it to ``fg`` it.  Started as a session's first process, the
+        kernel ignores the terminal's C-z for it (its group is orphaned); under bubblewrap its parent is the
+        sandbox's, in the same session, and a C-z in a python session stopped the REPL for good - as a
+        ``suspend -f`` or ``kill -STOP $$`` stops a shell."""
+        leader = self.probe.leader_pid if self.probe is not None else self.pid
+        try:
+            os.killpg(os.getpgid(leader), signal_module.SIGCONT)
+        except OSError:
+            pass
+
     def interrupt_foreground(self) -> None:
         """SIGINT to the foreground process group, typed as the terminal's interrupt character while the
         terminal makes signals of keys: the kernel then also throws away input typed ahead and not read yet,

@@ -644,3 +644,44 @@ def test_output_a_program_stopped_flows_again_at_the_next_send(term):
     assert r.wait_reason == "stdin_read" and "next-42" in r.viewport, r.viewport
     assert "stopped-42" in term.read()
     shell_gets_the_next_command(term)
+
+
+def _python_session(tools, agent):
+    opened = tools.call("terminal_open", {"type": "python"}, agent=agent)
+    assert "bubblewrap" in (opened.motd or ""), opened.motd  # (the case: run bare, the kernel spares it)
+    sid = opened.session_id
+
+    def send(text: str, **extra):
+        started = time.monotonic()
+        r = tools.call("terminal_send", {"sessionId": sid, "text": text, **extra}, agent=agent)
+        return r, time.monotonic() - started
+    return sid, send
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None and not os.environ.get("CI"),
+                    reason="bubblewrap is not installed (CI installs it)")
+def test_c_z_in_a_python_session_does_not_stop_the_repl_for_good(agent_tools):
+    """An agent's python session runs under bubblewrap, whose process is the REPL's parent in the same
+    session: the terminal's C-z stopped the REPL, with no shell above it to continue it - every later send
+    ended on silence.  (A session's first process is spared by the kernel: its group is orphaned.)"""
+    tools, agent = agent_tools
+    sid, send = _python_session(tools, agent)
+    r, t = send("", keys=["C-z"], submit=False)
+    prompt(r, t, ">>>")
+    r, t = send("print(6*7)")
+    prompt(r, t, "42")
+    tools.call("terminal_signal", {"sessionId": sid, "signal": "SIGTSTP"}, agent=agent)
+    r, t = send("print(6*8)")
+    prompt(r, t, "48")
+    r, t = send("import os, signal; os.kill(os.getpid(), signal.SIGSTOP)")
+    prompt(r, t, ">>>")
+    r, t = send("print(6*9)")
+    prompt(r, t, "54")
+
+
+def test_a_shell_that_stopped_itself_is_continued_by_the_next_send(term):
+    r, _ = term("suspend -f", idle=1, timeout=5)
+    r, t = term("echo woke-$((6*7))", timeout=5)
+    prompt(r, t, "woke-42")
+    r, _ = term("kill -STOP $$", idle=1, timeout=5)
+    shell_gets_the_next_command(term)

@@ -5,6 +5,7 @@ import pytest
 
 from dsh_terminal_magics import TerminalError
 from dsh_terminal_magics.vocabulary import signal_name
+from tests.conftest import wait_for
 
 
 @pytest.mark.parametrize("given", ["SIGINT", "INT", "int", "SigInt", " INT "])
@@ -32,15 +33,24 @@ def test_the_tool_accepts_the_short_name(tools, agent):
     tools.call("terminal_close", {"sessionId": sid}, agent=agent)
 
 
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
 @pytest.mark.parametrize("signal", ["SIGINT", "SIGTERM"])
 def test_a_stopped_foreground_is_continued_to_act_on_the_signal(tools, agent, signal):
     """A shell that stopped itself (``kill -STOP $$``) keeps the terminal, and a stopped process acts on no
-    signal but SIGKILL until continued: every send and signal after it waited for nothing, and only closing
-    the session helped.  Now SIGINT, SIGTERM and SIGHUP continue a stopped group, as kill(1) does for jobs."""
-    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-    r = tools.call("terminal_send", {"sessionId": sid, "text": "kill -STOP $$", "timeout": 0.5}, agent=agent)
-    assert r.wait_reason == "timeout", r
+    signal but SIGKILL until continued: every signal after it waited for nothing.  SIGINT, SIGTERM and
+    SIGHUP continue a stopped group, as kill(1) does for jobs.  (A send continues the session's program
+    itself: here the shell stops after its send has ended.)"""
+    opened = tools.call("terminal_open", {"type": "shell"}, agent=agent)
+    sid = opened.session_id
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "(sleep 0.3; kill -STOP $$) &"}, agent=agent)
+    assert r.wait_reason == "stdin_read", r
+    wait_for(lambda: _state(opened.pid) == "T", timeout=10)
     assert tools.call("terminal_signal", {"sessionId": sid, "signal": signal}, agent=agent).delivered
+    wait_for(lambda: _state(opened.pid) != "T", timeout=10)
     r = tools.call("terminal_send", {"sessionId": sid, "text": "echo going-$((6*7))", "idle": 20, "timeout": 30},
                    agent=agent)
     assert r.wait_reason == "stdin_read" and "going-42" in r.viewport.splitlines(), r
