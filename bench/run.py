@@ -792,12 +792,12 @@ HOSTILE_OUTPUT = ("python3 -c \"import os, time; chunk = ('abc' + chr(27) + '[K'
                   "end = time.time() + {seconds}\nwhile time.time() < end: os.write(1, chunk)\"")
 
 
-def bench_hostile_flood(reps: int, seconds: float) -> dict:
+def bench_hostile_flood(reps: int, seconds: float, floods: int) -> dict:
     """Another agent's ``echo hi`` while one agent's program prints what is slow to process (text, erase to
-    end of line, cursor back: every byte a line rewrite), against the same sends with nothing else running."""
+    end of line, cursor back: every byte a line rewrite), and while ``floods`` of that agent's sessions print
+    flat out (``yes``), against the same sends with nothing else running."""
     tools = TerminalTools()
     noisy, me = Agent("noisy"), Agent("me")
-    theirs = tools.call("terminal_open", {"type": "shell"}, agent=noisy).session_id
     mine = tools.call("terminal_open", {"type": "shell"}, agent=me).session_id
 
     def send() -> float:
@@ -812,15 +812,26 @@ def bench_hostile_flood(reps: int, seconds: float) -> dict:
             time.sleep(0.01)
         return out
 
+    def while_flooding(commands: list[str]) -> list[float]:
+        theirs = [tools.call("terminal_open", {"type": "shell"}, agent=noisy).session_id for _ in commands]
+        jobs = [tools.call("terminal_send", {"sessionId": sid, "text": command, "run_in_background": True,
+                                             "timeout": seconds + 30}, agent=noisy).job_id
+                for sid, command in zip(theirs, commands)]
+        time.sleep(0.5)  # (the flood under way)
+        during = paced(time.perf_counter() + seconds)
+        for job in jobs:
+            tools.call("job_kill", {"jobId": job}, agent=noisy)
+        for sid in theirs:
+            tools.call("terminal_close", {"sessionId": sid}, agent=noisy)
+        return during
+
     quiet = paced(time.perf_counter() + seconds)
-    job = tools.call("terminal_send", {"sessionId": theirs, "text": HOSTILE_OUTPUT.format(seconds=seconds + 5),
-                                       "run_in_background": True}, agent=noisy).job_id
-    time.sleep(0.5)  # (the flood under way)
-    during = paced(time.perf_counter() + seconds)
-    tools.call("job_kill", {"jobId": job}, agent=noisy)
+    during = while_flooding([HOSTILE_OUTPUT.format(seconds=seconds + 5)])
+    many = while_flooding(["yes"] * floods)
     tools.shutdown()
     return {"quiet": summary(quiet), "during the flood": summary(during),
-            "p95_vs_quiet_p50": pct(during, 0.95) / pct(quiet, 0.5)}
+            "p95_vs_quiet_p50": pct(during, 0.95) / pct(quiet, 0.5),
+            f"during {floods} sessions printing flat out (yes)": summary(many), "floods": floods}
 
 
 # -- report ------------------------------------------------------------------------------------------
@@ -908,7 +919,7 @@ def main() -> int:
     results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
     results["scale"] = bench_scale(20 if q else 200, 1 if q else 3)
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
-    results["hostile_flood"] = bench_hostile_flood(20 if q else 200, 1.0 if q else 5.0)
+    results["hostile_flood"] = bench_hostile_flood(20 if q else 200, 1.0 if q else 5.0, 4 if q else 32)
     results["readiness"] = bench_readiness(20 if q else 100, 2.0 if q else 10.0, 3.0 if q else 60.0)
     results["many_agents"] = bench_many_agents(4 if q else 64, 1.0 if q else 10.0, (2,) if q else (1, 8, 16, 32))
     results["verdicts"] = [{"target": t, "pass": ok, "measured": m} for t, ok, m in verdicts(results)]

@@ -18,6 +18,7 @@ import signal
 import threading
 import termios
 import time
+import weakref
 from typing import Any, Callable
 
 from ptyprocess import PtyProcess
@@ -34,6 +35,41 @@ MAX_READS = 32
 #: one cost, so a program printing what is slow to process (cursor games, a flood of empty lines) cannot hold
 #: the loop - every other session's sends wait behind each batch.
 TURN_BUDGET = 0.004
+#: The least a reader reads in a turn, however many share the budget (one PTY read's worth); a batch this
+#: big or bigger counts its session as busy for :data:`BUSY_WINDOW` seconds.
+MIN_BATCH = 4096
+BUSY_WINDOW = 0.05
+
+
+class _BusyReaders:
+    """The sessions whose output keeps coming (a batch of :data:`MIN_BATCH` or more within the last
+    :data:`BUSY_WINDOW`): they share one turn's budget, so a turn costs about :data:`TURN_BUDGET` however many
+    there are.  Each had a budget of its own, and one agent's 32 sessions running ``yes`` held every other
+    session's send for a second.  Counted at most every millisecond (a turn reads many)."""
+
+    def __init__(self) -> None:
+        self._last: "weakref.WeakKeyDictionary[PtyChild, float]" = weakref.WeakKeyDictionary()
+        self._count, self._counted_at = 1, 0.0
+
+    def noted(self, child: "PtyChild", size: int, now: float) -> None:
+        if size >= MIN_BATCH:
+            self._last[child] = now
+
+    def forget(self, child: "PtyChild") -> None:
+        self._last.pop(child, None)
+
+    def sharing(self, now: float) -> int:
+        """How many share the budget now (at least 1)."""
+        if now - self._counted_at >= 0.001:
+            for child, at in list(self._last.items()):
+                if now - at > BUSY_WINDOW:
+                    del self._last[child]
+            self._count, self._counted_at = max(1, len(self._last)), now
+        return self._count
+
+
+_BUSY = _BusyReaders()
+
 #: The key that stops a terminal's output while XON/XOFF flow control is on (C-s; see
 #: :func:`~.process_tree.no_flow_control`).
 _STOP_KEY = b"\x13"
@@ -166,7 +202,8 @@ class PtyChild:
 
     # -- output ---------------------------------------------------------------------
     def _on_readable(self) -> None:
-        if self._read_available(self._batch_bytes):
+        """Read this turn's share of the output waiting (see :class:`_BusyReaders`)."""
+        if self._read_available(max(MIN_BATCH, self._batch_bytes // _BUSY.sharing(time.monotonic()))):
             self._after_read()
 
     def _read_available(self, limit: int = 1 << 30) -> bool:
@@ -176,7 +213,7 @@ class PtyChild:
         size = 0
         while len(chunks) < MAX_READS and size < limit:
             try:
-                data = os.read(self.master_fd, 65536)
+                data = os.read(self.master_fd, min(65536, limit - size))
             except BlockingIOError:
                 break
             except OSError:
@@ -189,6 +226,7 @@ class PtyChild:
             size += len(data)
         if not chunks:
             return False
+        _BUSY.noted(self, size, time.monotonic())
         started = time.perf_counter()
         self._on_output(b"".join(chunks))
         spent = time.perf_counter() - started
@@ -335,6 +373,7 @@ class PtyChild:
     def close_fds(self) -> None:
         """Close every descriptor (master exactly once, through its file object)."""
         self.stop_watching_exits()
+        _BUSY.forget(self)
         if not self._proc.closed:
             _remove_reader(self.loop, self.master_fd)
             try:

@@ -7,6 +7,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -208,3 +209,39 @@ def test_output_that_is_slow_to_process_is_read_in_small_batches(manager, agent,
     # that follows a cheap one, or a check's drain may take more); the whole buffer was 13-28 KiB a batch
     assert sum(batches) >= 300_000, batches
     assert statistics.median(batches[3:]) <= 8192 + 4096, batches
+
+
+def test_sessions_printing_flat_out_share_one_turn(manager, agent, monkeypatch):
+    """Each session printing flat out had a turn's budget of its own: one agent's 32 sessions running ``yes``
+    made a turn of the loop cost 32 budgets, and another agent's ``echo hi`` took a second.  Sessions whose
+    output keeps coming now share one budget.  The cost is made real as above (half a millisecond per KiB,
+    slept: the budget buys under 8 KiB): alone, a session reads that much a batch; four at once read a quarter of
+    it each, but never less than one PTY read's worth (4 KiB)."""
+    batches: dict[str, list[int]] = {}
+    real_ingest = Session._ingest
+
+    def slow_ingest(self: Session, data: bytes) -> None:
+        batches.setdefault(self.session_id, []).append(len(data))
+        time.sleep(len(data) / 1024 * 0.0005)
+        real_ingest(self, data)
+
+    monkeypatch.setattr(Session, "_ingest", slow_ingest)
+    flood = "head -c 400000 /dev/zero | tr '\\0' x; echo; echo flood-$((6*7))"
+
+    def run(session_id: str) -> None:
+        r = manager.sync.send(agent, session_id, SendRequest(flood, timeout=120))
+        assert r.wait_reason == "stdin_read" and "flood-42" in r.viewport
+
+    alone = manager.sync.open(agent, "shell").session_id
+    run(alone)
+    together = [manager.sync.open(agent, "shell").session_id for _ in range(4)]
+    threads = [threading.Thread(target=run, args=(sid,)) for sid in together]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert statistics.median(batches[alone][3:]) >= 6144, batches[alone]
+    for sid in together:
+        assert sum(batches[sid]) >= 400_000
+        middle = batches[sid][len(batches[sid]) // 4: len(batches[sid]) // 2]  # (all four still printing)
+        assert statistics.median(middle) <= 4096, middle
