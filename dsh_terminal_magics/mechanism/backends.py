@@ -43,6 +43,26 @@ class LaunchSpec:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     description: str = ""
+    #: The program runs under a process of the backend's own that only waits for it (see :func:`reaped`):
+    #: the session looks through it to the program, as through the sandbox's.
+    wrapped: bool = False
+
+
+#: ``sh -c`` under which :func:`reaped` runs a program: it waits for the program and exits with its status.
+_REAPER_SCRIPT = '"$@"; exit'
+
+
+def reaped(argv: list[str]) -> tuple[list[str], bool]:
+    """``argv`` run under ``sh``, which reaps the orphans the session adopts (and whether it is).
+
+    A session's program is its tree's subreaper (orphans stay in the tree, for close to find): they become
+    its children, and a program that does not reap children it did not start leaves them as zombies until
+    the session closes - the python REPL, where ``os.system('job &')`` or a daemon (``gpg-agent``) leaves
+    one each time.  A shell reaps every child; ``sh -c`` running the program as its only command, and
+    exiting with its status, is one (a signal's death shows as 128 + its number, as in a shell).  Without
+    an ``sh``, the program runs bare."""
+    sh = _which("sh", os.environ.get("PATH"))
+    return ([sh, "-c", _REAPER_SCRIPT, "sh", *argv], True) if sh is not None else (argv, False)
 
 
 @runtime_checkable
@@ -80,8 +100,8 @@ class PythonBackend:
     def launch(self, cwd: str) -> LaunchSpec:
         env = {"PYTHON_BASIC_REPL": "1", "PYTHONSTARTUP": _package_file("python_rc.py"), "PYTHONINSPECT": ""}
         version = ".".join(map(str, sys.version_info[:3]))
-        return LaunchSpec([sys.executable, "-q", "-i"], env,
-                          f"python {version} REPL; prompt '>>> '")
+        argv, wrapped = reaped([sys.executable, "-q", "-i"])
+        return LaunchSpec(argv, env, f"python {version} REPL; prompt '>>> '", wrapped)
 
 
 _BASH_VERSION: dict[str, str] = {}

@@ -191,9 +191,10 @@ class Session:
         return self.motd
 
     def _find_shell(self) -> None:
-        """Under a wrapper (the sandbox), find the program at the first prompt: the holder of the foreground
-        when it made a group of its own (bash), else the first process below the wrapper's (python)."""
-        if self.child is None or self.probe is None or not self.sandbox.wrapped:
+        """Under a wrapper (the sandbox's, the backend's own), find the program at the first prompt: the holder
+        of the foreground when it made a group of its own (bash, python), else the first process below the
+        wrappers."""
+        if self.child is None or self.probe is None or not (self.sandbox.wrapped or self.spec.wrapped):
             return
         foreground = self.foreground_pgid()
         table = process_table()
@@ -202,16 +203,18 @@ class Session:
             program = foreground
         else:
             program = self.child.pid
-            while read_proc(f"/proc/{program}/comm") == b"bwrap\n":
+            wrappers = {b"bwrap\n", *([os.path.basename(self.spec.argv[0])[:15].encode() + b"\n"]
+                                      if self.spec.wrapped else [])}
+            while read_proc(f"/proc/{program}/comm") in wrappers:
                 children = [pid for pid in below if table[pid].ppid == program]
                 if len(children) != 1:
                     break
                 program = children[0]
-        wrappers, pid = set(), program
+        chain, pid = set(), program
         while pid != self.child.pid and pid in table:  # the chain from the program up to the wrapper
             pid = table[pid].ppid
-            wrappers.add(pid)
-        self.probe.wrappers = frozenset(wrappers)
+            chain.add(pid)
+        self.probe.wrappers = frozenset(chain)
         self._shell_pid = self.probe.leader_pid = program
 
     def _child_changed(self) -> None:

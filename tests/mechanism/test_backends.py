@@ -9,6 +9,7 @@ import pytest
 from dsh_terminal_magics import Agent
 from dsh_terminal_magics.errors import BackendError
 from dsh_terminal_magics.mechanism import BackendRegistry, SendRequest, SessionManager
+from tests.conftest import wait_for
 
 
 def test_builtin_backends():
@@ -49,3 +50,29 @@ def test_entry_point_backend_is_loaded_and_runs(tmp_path, monkeypatch):
 def test_bad_backend_registration_is_refused():
     with pytest.raises(BackendError, match="is not a backend"):
         BackendRegistry().register(object())  # type: ignore[arg-type]
+
+
+def _zombies_under(pid: int) -> list[int]:
+    """Zombie processes among ``pid``'s descendants."""
+    from dsh_terminal_magics.mechanism.process_tree import descendants, process_table
+
+    table = process_table()
+    return [p for p in descendants([pid], table) if table[p].state == "Z"]
+
+
+def test_the_python_session_leaves_no_zombies(manager, agent):
+    """The session's program is its tree's subreaper, so orphans become its children; the python REPL never
+    reaps children it did not start, and each ``os.system('job &')`` (or daemon) left a zombie until the
+    session closed.  The REPL now runs under ``sh``, which reaps them."""
+    info = manager.sync.open(agent, "python")
+    started = "import os\nfor i in range(5): os.system('sleep 0.1 &')\n"
+    r = manager.sync.send(agent, info.session_id, SendRequest(started))
+    assert r.wait_reason == "stdin_read" and r.viewport.count("0") >= 5, r.viewport
+    r = manager.sync.send(agent, info.session_id, SendRequest("import time; time.sleep(1)"))  # (they ended)
+    assert r.wait_reason == "stdin_read"
+    root = manager.loop_thread.call(manager.session, agent, info.session_id).child.pid
+    wait_for(lambda: not _zombies_under(root), timeout=10)
+    assert open(f"/proc/{info.pid}/comm").read().startswith("python")  # (the session's pid is the REPL's)
+    r = manager.sync.send(agent, info.session_id, SendRequest("print(6*7)"))
+    assert "42" in r.viewport.splitlines()
+    manager.sync.close(agent, info.session_id)
