@@ -48,8 +48,10 @@ class LaunchSpec:
     wrapped: bool = False
 
 
-#: ``sh -c`` under which :func:`reaped` runs a program: it waits for the program and exits with its status.
-_REAPER_SCRIPT = '"$@"; exit'
+#: ``sh -c`` under which :func:`reaped` runs a program: it waits for the program and exits with its status.  A
+#: Ctrl-C or Ctrl-\\ that reaches its group too (before the program takes a group of its own) does not end it:
+#: a caught signal, unlike an ignored one, is the default again in the program it starts.
+_REAPER_SCRIPT = 'trap : INT QUIT; "$@"; exit'
 
 
 def reaped(argv: list[str]) -> tuple[list[str], bool]:

@@ -223,8 +223,8 @@ class SessionManager:
                 os.killpg(pgid, signal_module.SIGCONT)
             elif name == "SIGTSTP" and pgid == session.pid:
                 # The session's own program has the terminal: nothing above it could continue it.  The kernel
-                # voids a stop from the terminal for a session's first process; under bubblewrap it would not
-                # (see Session.wake_program), so it is voided here alike.
+                # voids a stop from the terminal for a session's first process; under a wrapper (bubblewrap's,
+                # the python session's sh) it would not (see Session.wake_program), so it is voided here alike.
                 os.killpg(pgid, signal_module.SIGCONT)
         except OSError as exc:
             raise SessionNotRunningError(f"could not signal process group {pgid}: {exc.strerror}; "

@@ -494,13 +494,14 @@ class Session:
     def wake_program(self) -> None:
         """Continue the session's program, found stopped (C-z, ``SIGTSTP``, ``SIGSTOP``), and its group.
 
-        Nothing else would: it has no shell above it to ``fg`` it.  Started as a session's first process, the
-        kernel ignores the terminal's C-z for it (its group is orphaned); under bubblewrap its parent is the
-        sandbox's, in the same session, and a C-z in a python session stopped the REPL for good - as a
-        ``suspend -f`` or ``kill -STOP $$`` stops a shell."""
-        leader = self.probe.leader_pid if self.probe is not None else self.pid
+        Nothing else would: it has no shell above it to ``fg`` it.  Were it the session's first process, the
+        kernel would ignore the terminal's C-z for it (its group orphaned); under a wrapper (bubblewrap's,
+        the python session's ``sh``) its parent is in the same session, and a C-z in a python session stopped
+        the REPL for good - as ``suspend -f`` or ``kill -STOP $$`` stops a shell."""
+        if self.probe is None:
+            return
         try:
-            os.killpg(os.getpgid(leader), signal_module.SIGCONT)
+            os.killpg(os.getpgid(self.probe.leader_pid), signal_module.SIGCONT)
         except OSError:
             pass
 
