@@ -14,6 +14,7 @@ import asyncio
 import errno
 import os
 import queue
+import re
 import signal
 import threading
 import termios
@@ -70,9 +71,9 @@ class _BusyReaders:
 
 _BUSY = _BusyReaders()
 
-#: The key that stops a terminal's output while XON/XOFF flow control is on (C-s; see
-#: :func:`~.process_tree.no_flow_control`).
-_STOP_KEY = b"\x13"
+#: Control characters other than Enter, line feed and TAB: one of them may be the key that stops the
+#: terminal's output while XON/XOFF flow control is on (C-s unless a program redefined it: ``stty stop ^B``).
+_CONTROL_KEYS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def spawn(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
@@ -252,21 +253,25 @@ class PtyChild:
         return key
 
     def without_output_stop(self, data: bytes) -> bytes:
-        """``data`` less the key that would stop the terminal's output (C-s while a program has turned XON/XOFF
-        flow control back on: ``stty sane``, ``reset``).  The terminal takes that key itself, so the program
-        never sees it either way; written, it would only stop the output for good."""
-        if _STOP_KEY not in data:
+        """``data`` less the key that would stop the terminal's output (C-s, or what a program made the stop key,
+        while a program has turned XON/XOFF flow control back on: ``stty sane``, ``reset``).  The terminal takes
+        that key itself, so the program never sees it either way; written, it would only stop the output for
+        good.  (A printable character made the stop key, ``stty stop a``, is left in.)"""
+        if _CONTROL_KEYS.search(data) is None:
             return data
         try:
             attrs = termios.tcgetattr(self.master_fd)
         except (OSError, termios.error):
             return data
-        return data.replace(_STOP_KEY, b"") if attrs[0] & termios.IXON and attrs[6][termios.VSTOP] == _STOP_KEY \
-            else data
+        stop = attrs[6][termios.VSTOP]
+        if not attrs[0] & termios.IXON or not isinstance(stop, bytes) or _CONTROL_KEYS.fullmatch(stop) is None:
+            return data
+        return data.replace(stop, b"")
 
     def restart_output(self) -> None:
-        """Let output flow again if something stopped it (a program's ``tcflow(TCOOFF)``, a stop key we
-        could not see coming): no output may wait for a key nobody knows to press."""
+        """Let output flow again if a program stopped it (``tcflow(TCOOFF)``): no output may wait for a key
+        nobody knows to press.  (Output a stop key stopped waits for the start key: see
+        :meth:`without_output_stop`.)"""
         if self.slave_fd >= 0:
             try:
                 termios.tcflow(self.slave_fd, termios.TCOON)

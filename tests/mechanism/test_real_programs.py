@@ -685,3 +685,15 @@ def test_a_shell_that_stopped_itself_is_continued_by_the_next_send(term):
     prompt(r, t, "woke-42")
     r, _ = term("kill -STOP $$", idle=1, timeout=5)
     shell_gets_the_next_command(term)
+
+
+def test_a_stop_key_a_program_chose_does_not_stop_the_output(term):
+    """``stty stop ^B``: with flow control on, C-b is the key that stops the output; it is left out too."""
+    r, _ = term("stty ixon stop ^B")
+    assert r.wait_reason == "stdin_read"
+    r, _ = term("", keys=["C-b"], submit=False, timeout=5)
+    assert r.wait_reason == "stdin_read", r.wait_reason
+    r, t = term("echo typed-$((6*7))", timeout=5)
+    prompt(r, t, "typed-42")
+    term("stty stop ^S -ixon")
+    shell_gets_the_next_command(term)
