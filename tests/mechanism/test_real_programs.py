@@ -620,17 +620,21 @@ def test_c_s_reaches_the_program_as_a_key(term):
     shell_gets_the_next_command(term)
 
 
-def test_c_s_with_flow_control_turned_back_on_does_not_stop_the_output(term):
-    """``stty ixon`` (or ``stty sane``, ``reset``) turns flow control back on: the terminal then takes C-s
-    itself and stops all output - every later send timed out on silence.  The key is not written."""
-    r, _ = term("stty ixon")
+@pytest.mark.parametrize("setup,key,char", [("stty ixon", "C-s", "\x13"), ("stty ixon stop ^B", "C-b", "\x02")],
+                         ids=["C-s", "a stop key of its own"])
+def test_the_stop_key_with_flow_control_turned_back_on_does_not_stop_the_output(term, setup, key, char):
+    """``stty ixon`` (or ``stty sane``, ``reset``) turns flow control back on: the terminal then takes C-s (or
+    the stop key a program chose: ``stty stop ^B``) itself and stops all output - every later send timed out
+    on silence.  The key is not written."""
+    r, _ = term(setup)
     assert r.wait_reason == "stdin_read"
-    r, _ = term("", keys=["C-s"], submit=False, timeout=5)
+    r, _ = term("", keys=[key], submit=False, timeout=5)
     assert r.wait_reason == "stdin_read", r.wait_reason
     r, t = term("echo typed-$((6*7))", timeout=5)
     prompt(r, t, "typed-42")
-    r, t = term("echo some text\x13 with a stop key in it", timeout=5)
+    r, t = term(f"echo some text{char} with a stop key in it", timeout=5)
     prompt(r, t, "some text with a stop key in it")
+    term("stty stop ^S -ixon")
     shell_gets_the_next_command(term)
 
 
@@ -684,16 +688,4 @@ def test_a_shell_that_stopped_itself_is_continued_by_the_next_send(term):
     r, t = term("echo woke-$((6*7))", timeout=5)
     prompt(r, t, "woke-42")
     r, _ = term("kill -STOP $$", idle=1, timeout=5)
-    shell_gets_the_next_command(term)
-
-
-def test_a_stop_key_a_program_chose_does_not_stop_the_output(term):
-    """``stty stop ^B``: with flow control on, C-b is the key that stops the output; it is left out too."""
-    r, _ = term("stty ixon stop ^B")
-    assert r.wait_reason == "stdin_read"
-    r, _ = term("", keys=["C-b"], submit=False, timeout=5)
-    assert r.wait_reason == "stdin_read", r.wait_reason
-    r, t = term("echo typed-$((6*7))", timeout=5)
-    prompt(r, t, "typed-42")
-    term("stty stop ^S -ixon")
     shell_gets_the_next_command(term)
