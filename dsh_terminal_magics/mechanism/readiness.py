@@ -772,6 +772,7 @@ class ReadinessProbe:
         connected, or no TCP, UDP or Unix socket)."""
         known = self._peers
         by_inode, by_ends = _inet_sockets(pid)
+        held: dict[str, int] | None = None
         if len(known) > MAX_FDS_LOOKED:
             known.clear()
         for inode in inodes:
@@ -788,14 +789,15 @@ class ReadinessProbe:
             if peer is None:  # (not connected)
                 known[inode] = None
                 continue
-            holder = self._holder_among_members(peer)
+            if held is None:  # (read once for all the sockets learnt here)
+                held = self._held_by_members()
+            holder = held.get(f"socket:[{peer}]")
             known[inode] = _AWAY if holder is None else holder
 
-    def _holder_among_members(self, inode: int) -> int | None:
-        """The process of the group looked at that holds socket ``inode``, if any (the look stops at
-        :data:`MAX_FDS_LOOKED` descriptors a process)."""
-        link = f"socket:[{inode}]"
-        return next((member for member in self._looked_at if link in _fd_links(member, MAX_FDS_LOOKED)), None)
+    def _held_by_members(self) -> dict[str, int]:
+        """What the processes of the group looked at hold open (their ``/proc/PID/fd`` links), each with the
+        first of them that holds it (the look stops at :data:`MAX_FDS_LOOKED` descriptors a process)."""
+        return {link: member for member in reversed(self._looked_at) for link in _fd_links(member, MAX_FDS_LOOKED)}
 
     def _runs_a_command(self, members: list[int]) -> bool:
         """Whether a member of the group waits for a child of the group (``wait4``, ``waitid``) that is still
