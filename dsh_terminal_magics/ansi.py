@@ -57,11 +57,15 @@ _LEFT = "\b" + CURSOR_LEFT
 #: Row motion as :func:`line_motion_marks` leaves it for a history of lines (:class:`RowCursor`): up
 #: (``CSI A``/``F``) and down (``CSI B``/``E``) one row per mark.
 ROW_UP, ROW_DOWN = "\x14", "\x15"
+#: Erase below (``CSI J``), after the erase of the cursor's own row: the rows under the cursor go blank (fzf
+#: climbs back over the list it drew and erases it as it leaves).  Played by the history, like the row marks.
+ERASE_BELOW = "\x16"
+ROW_MARKS = ROW_UP + ROW_DOWN + ERASE_BELOW
 #: What :func:`_play_line` plays in one step: a run of CRs, of moves left (BS too), of moves right, one erase,
 #: a run of deletes or inserts, a run of row marks, or a run of text.
 _PLAY_RUNS = re.compile(f"\r+|[{_LEFT}]+|{CURSOR_RIGHT}+|{ERASE_RIGHT}|{ERASE_LINE}|{DELETE_CHAR}+|{INSERT_CHAR}+"
-                        f"|[{ROW_UP}{ROW_DOWN}]+|[^\r{_LEFT}{MARKS}{ROW_UP}{ROW_DOWN}]+")
-_DROP_MARKS = dict.fromkeys(map(ord, MARKS + ROW_UP + ROW_DOWN))
+                        f"|[{ROW_MARKS}]+|[^\r{_LEFT}{MARKS}{ROW_MARKS}]+")
+_DROP_MARKS = dict.fromkeys(map(ord, MARKS + ROW_MARKS))
 #: Longest single motion kept (a terminal moves the cursor within one screen row), most marks made from
 #: one chunk (output is untrusted: ``CSI 1000C`` must not turn 7 bytes into 1000 marks without bound), and
 #: most reserved lines taken out.
@@ -82,7 +86,7 @@ ROW_BUDGET_CHARS = 4096
 MAX_ROW_MOTIONS = 256
 MAX_ROWS_LOOKED = 2048
 _LINE_MOTION = re.compile(r"\x1b\[(\d{0,6})([CDGKJP@ABEF])")
-_ROW_PIECES = re.compile(f"({ROW_UP}+|{ROW_DOWN}+|\n)")
+_ROW_PIECES = re.compile(f"({ROW_UP}+|{ROW_DOWN}+|{ERASE_BELOW}+|\n)")
 #: Characters a terminal shows two columns wide: the main blocks of Unicode's East_Asian_Width W and F (CJK,
 #: Hangul, kana, full-width forms, emoji) - close enough to tell a line the screen wraps, at C speed.
 _WIDE = re.compile("[\u1100-\u115f\u2e80-\u303e\u3041-\u33ff\u3400-\u4dbf\u4e00-\u9fff\ua000-\ua4cf"
@@ -106,12 +110,12 @@ def plays_on_cursor(raw: str) -> bool:
 
 
 def has_row_marks(text: str) -> bool:
-    """Whether ``text`` holds row-motion marks (:data:`ROW_UP`, :data:`ROW_DOWN`)."""
-    return ROW_UP in text or ROW_DOWN in text
+    """Whether ``text`` holds row marks (:data:`ROW_UP`, :data:`ROW_DOWN`, :data:`ERASE_BELOW`)."""
+    return ROW_UP in text or ROW_DOWN in text or ERASE_BELOW in text
 
 
 def without_marks(text: str) -> str:
-    """``text`` without mark characters of its own (a program's SO, SI, DLE, DC1-DC4 and NAK are not kept
+    """``text`` without mark characters of its own (a program's SO, SI, DLE, DC1-DC4, NAK and SYN are not kept
     anyway)."""
     return text.translate(_DROP_MARKS) if has_marks(text) or has_row_marks(text) else text
 
@@ -120,8 +124,8 @@ def line_motion_marks(text: str) -> str:
     """Turn a line editor's cursor motion into marks :func:`render_line` applies (call before escapes are
     stripped; mark characters the text held of its own are dropped first).
 
-    ``CSI n D``/``C`` move left/right, ``CSI n G`` goes to column n, ``CSI K`` (and erase below, ``CSI J``)
-    erases to the end of the line, ``CSI 2K`` the whole line, ``CSI n P``/``@`` delete/insert characters at
+    ``CSI n D``/``C`` move left/right, ``CSI n G`` goes to column n, ``CSI K`` erases to the end of the
+    line (``CSI J`` that and the rows below: :data:`ERASE_BELOW`), ``CSI 2K`` the whole line, ``CSI n P``/``@`` delete/insert characters at
     the cursor (readline editing inside a line).  ``CSI n A``/``F`` and ``B``/``E`` move up and down rows
     (:data:`ROW_UP`/:data:`ROW_DOWN`, ``F`` and ``E`` then to column 0).  Blank lines a program prints and then climbs
     back over in the same chunk (prompt_toolkit reserves room for its menus: 34 CRLFs, then ``CSI 34A``) are
@@ -145,7 +149,9 @@ def line_motion_marks(text: str) -> str:
 def _motion_mark(number: str, final: str) -> str:
     if final in "KJ":
         kind = int(number or 0)
-        return ERASE_RIGHT if kind == 0 else ERASE_LINE if (final, kind) == ("K", 2) else ""
+        if kind == 0:
+            return ERASE_RIGHT + ERASE_BELOW if final == "J" else ERASE_RIGHT
+        return ERASE_LINE if (final, kind) == ("K", 2) else ""
     count = min(int(number or 1) or 1, MAX_MOTION)
     if final in "ABEF":
         rows = (ROW_UP if final in "AF" else ROW_DOWN) * min(count, MAX_ROWS)
@@ -301,6 +307,17 @@ class RowCursor:
         self._raw = lines[-self.up] + "\r" if self.up else ""
         return "" if self.up else "\r"
 
+    def erase_below(self, lines: MutableSequence[str]) -> int:
+        """Blank the finished lines under the cursor's row (the caller blanks the unfinished last one):
+        the characters taken out.  Within the budget (output is untrusted: ``CSI J`` repeated)."""
+        if self.up < 2 or not self._spend(self.up):
+            return 0
+        erased = 0
+        for index in range(len(lines) - self.up + 1, len(lines)):
+            erased += len(lines[index])
+            lines[index] = ""
+        return erased
+
     def write(self, text: str) -> None:
         """Write ``text`` (no newline) on the cursor's row."""
         self._raw += text
@@ -341,6 +358,10 @@ def play_rows(text: str, columns: int = MAX_MOTION) -> list[str]:
             rows.climb(lines, partial, len(piece), columns)
         elif piece[0] == ROW_DOWN:
             partial += rows.down(lines, len(piece))
+        elif piece[0] == ERASE_BELOW:
+            if rows.up:
+                rows.erase_below(lines)
+                partial = ""
         elif piece != "\n":
             if rows.up:
                 rows.write(piece)
@@ -411,7 +432,7 @@ def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
             elif mark == INSERT_CHAR:
                 if column < len(cells):
                     cells[column:column] = [" "] * len(run)
-            elif mark not in ROW_UP + ROW_DOWN and column < width:  # (row marks: played by RowCursor)
+            elif mark not in ROW_MARKS and column < width:  # (row marks: played by RowCursor)
                 run = run[:width - column]
                 if column > len(cells):
                     cells.extend(" " * (column - len(cells)))
@@ -425,7 +446,7 @@ def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
 
 #: C0/C1 controls other than TAB, LF, CR and BS (and the same sparing the marks).
 OTHER_CONTROLS = re.compile(r"[\x00-\x07\x0b\x0c\x0e-\x1f\x7f\x80-\x9f]")
-CONTROLS_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x16-\x1f\x7f\x80-\x9f]")
+CONTROLS_BUT_MARKS = re.compile(r"[\x00-\x07\x0b\x0c\x17-\x1f\x7f\x80-\x9f]")
 
 
 def sanitize_stream(text: str, line_motion: bool = False) -> str:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from itertools import accumulate, islice
 from typing import Callable, Iterator
 
-from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ESCAPE as _ESCAPE, MAX_ROWS, ROW_DOWN, ROW_UP, \
-    UNFINISHED as _UNFINISHED, RowCursor, compact_line, cursor_column, has_marks, has_row_marks, \
+from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ERASE_BELOW, ESCAPE as _ESCAPE, MAX_ROWS, ROW_DOWN, \
+    ROW_UP, UNFINISHED as _UNFINISHED, RowCursor, compact_line, cursor_column, has_marks, has_row_marks, \
     line_motion_marks, plays_on_cursor, render_line, budgeted_pieces, without_marks
 
 log = logging.getLogger(__name__)
@@ -283,6 +283,9 @@ class ScrollbackBuffer:
                 rows.climb(self._lines, self._partial, len(piece), self.columns)
             elif piece[0] == ROW_DOWN:
                 self._append_lines(rows.down(self._lines, len(piece)))
+            elif piece[0] == ERASE_BELOW:
+                if rows.up:
+                    self._erase_below()
             elif not rows.up:
                 self._append_lines(piece)
             elif piece == "\n":
@@ -291,6 +294,12 @@ class ScrollbackBuffer:
                 rows.write(piece)
                 self._dirty_row = self.cursor_line
         self._play_row()
+
+    def _erase_below(self) -> None:
+        """``CSI J`` on a row the cursor climbed to: the rows under it go blank, as on the screen (the next
+        lines fill them)."""
+        self._chars -= self._rows.erase_below(self._lines)
+        self._partial, self._partial_cut = "", False
 
     def _play_row(self) -> None:
         """What was written on the row the cursor climbed to, into its line (see :class:`RowCursor`)."""
@@ -510,10 +519,22 @@ class ScrollbackBuffer:
             size += len(text) + 1
             number -= 1
         out.reverse()
+        if self._rows.up:  # the blank rows under a cursor that climbed back are screen, not output
+            keep = max(self.cursor_line - max(line, self._first) + 1, 1)
+            while len(out) > keep and not out[-1]:
+                out.pop()
         text = "\n".join(out)
         if len(text) > max_chars:
             text, cut = text[-max_chars:], True
         return text, cut
+
+    def top_rewritten_since(self, seen: int) -> int | None:
+        """The first line rewritten after rewrite count ``seen`` (the row the cursor is writing on
+        included), or None: where the output of a program that climbed back over lines starts."""
+        rows = [n for n, count in self._rewritten.items() if count > seen]
+        if self._dirty_row:
+            rows.append(self._dirty_row)
+        return min(rows) if rows else None
 
     def completed_since(self, line: int) -> tuple[list[str], int, int]:
         """Finished lines from ``line`` on: ``(lines, next_line, dropped_lines)``."""

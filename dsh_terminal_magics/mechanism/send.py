@@ -214,7 +214,7 @@ class SendOperation:
         self.marker_seen = False
         self.bell = False
         self._cursor = session.scrollback.completed_lines + 1
-        self._rewrites_seen = session.scrollback.rewrites
+        self._rewrites_seen = self._rewrites_at_start = session.scrollback.rewrites
         self._timed_wait: tuple[float, int] | None = None
         #: The program's output so far and what the check saw of it when its timed wait was first seen.
         self._timed_wait_seen: tuple[int, object] = (-1, None)
@@ -582,7 +582,9 @@ class SendOperation:
         if snapshot is not None:
             viewport, cut = snapshot.text(), False
         else:
-            viewport, cut = session.scrollback.text_since(self.start_line, limit)
+            climbed_to = session.scrollback.top_rewritten_since(self._rewrites_at_start)
+            start = self.start_line if climbed_to is None else min(climbed_to, self.start_line)
+            viewport, cut = session.scrollback.text_since(start, limit)
         exit_code = session.exit_status if reason == "session_exit" else self._exit_code_now()
         raw, _lost = session.raw.since(self.raw_offset)
         return SendResult(reason, viewport, cut, session.public_status, exit_code, self.cancel_requested,

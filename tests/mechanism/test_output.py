@@ -180,6 +180,42 @@ def test_lines_a_program_climbs_back_over_are_rewritten():
         ["narrow enough" + "\u5bbd" * 57, "last", ""]
 
 
+def test_erase_below_on_a_row_the_cursor_climbed_to_blanks_the_rows_under_it():
+    """fzf --height draws its list under the command line, then as it leaves climbs back to its first row and
+    erases below (``CSI J``): the list stayed in the history under the prompt ('> 42', '1/100 ---' after
+    '$ '), and each next command's output was written over it."""
+    drawn = "$ seq 100 | fzf\r\n" + "".join(f"  {n}\r\n" for n in range(8)) + "  1/100 ---\r\n> 42"
+    assert marked(drawn, "\x1b[9A\r\x1b[J42\r\n$ ") == ["$ seq 100 | fzf", "42", "$ "] + [""] * 8
+    assert marked(drawn, "\x1b[9A\r\x1b[J42\r\n$ echo next\r\nnext\r\n$ ")[:5] == \
+        ["$ seq 100 | fzf", "42", "$ echo next", "next", "$ "]
+    # on the row itself, CSI J erases to the end of the row (nothing is under the last line)
+    assert marked("keep\r\nabcdef\x1b[3D\x1b[J") == ["keep", "abc"]
+    assert marked("a\r\nbcd\r\ne\x1b[1A\r\x1b[1C\x1b[0J") == ["a", "b", ""]
+    sb = normalise((drawn + "\x1b[9A\r\x1b[J42\r\n$ ").encode())
+    assert sb._chars == sum(map(len, sb._lines))
+    # the viewport of what came after the climb starts where it wrote, without the blank rows under it
+    assert sb.cursor_line == 3 and sb.text_since(2, 10_000)[0] == "42\n$ "
+
+    # output is untrusted: CSI J repeated on a climbed row spends the row budget, not a pass over the rows each
+    from collections import deque
+
+    from dsh_terminal_magics.ansi import MAX_ROWS, MAX_ROWS_LOOKED, ROW_BUDGET_CHARS
+
+    class CountedRows(deque):
+        writes = 0
+
+        def __setitem__(self, index, value):
+            CountedRows.writes += 1
+            super().__setitem__(index, value)
+
+    n, flood = OutputNormalizer(), ScrollbackBuffer()
+    flood.append(n.feed(("x\r\n" * 300 + "\x1b[150A").encode())[0])
+    flood._lines = CountedRows(flood._lines, maxlen=flood.max_lines)
+    flood.append(n.feed(b"\x1b[J" * 200_000)[0])
+    assert flood._chars == sum(map(len, flood._lines)) and list(flood.iter_lines(151, 151)) == [""]
+    assert 149 <= CountedRows.writes <= (200_000 // ROW_BUDGET_CHARS + 2) * (MAX_ROWS_LOOKED + MAX_ROWS)
+
+
 APT = ("Preparing to unpack .../sl_5.02-1+b1_amd64.deb ...\r\n\x1b7\x1b[40;0f\x1b[42m\x1b[30mProgress: [  0%]"
        "\x1b[49m\x1b[39m [....] \x1b8\x1b7\x1b[40;0f\x1b[42m\x1b[30mProgress: [ 20%]\x1b[49m\x1b[39m [#...] \x1b8"
        "Unpacking sl (5.02-1+b1) ...\r\n\x1b[s\x1b[40d\x1b[42mProgress: [ 40%]\x1b[49m [##..] \x1b[u"
@@ -214,7 +250,7 @@ def test_an_excursion_without_a_restore_leaves_out_a_bounded_amount():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.one_of(st.sampled_from(["\r\n", "\r", "\x1b[2K", "\x1b[K", "\x1b[3C", "\b"]),
+@given(st.lists(st.one_of(st.sampled_from(["\r\n", "\r", "\x1b[2K", "\x1b[K", "\x1b[J", "\x1b[3C", "\b"]),
                          st.builds(lambda n, f: f"\x1b[{n}{f}", st.integers(0, 12), st.sampled_from("ABEF")),
                          st.text(alphabet="ab\u5bbd ", min_size=1, max_size=90)), max_size=60),
        st.integers(1, 40))

@@ -17,7 +17,7 @@ PROMPT_WITHIN = 1.5
 needs = {name: pytest.mark.skipif(shutil.which(name) is None and not os.environ.get("CI"),
                                   reason=f"{name} is not installed (CI installs it)")
          for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl", "gpg", "pinentry-curses",
-                      "node", "make", "gdb", "sshd")}
+                      "node", "make", "gdb", "sshd", "fzf")}
 
 
 @pytest.fixture
@@ -447,6 +447,22 @@ def test_multi_line_progress_leaves_its_last_state(term):
     assert lines[1:] == ["part0 100%", "part1 100%", "part2 100%", "pulled", "$ "], r.viewport[-400:]
     assert "part0 90%\n" not in term.read() and term.read().count("part0 100%\n") == 1
     shell_gets_the_next_command(term)
+
+
+@needs["fzf"]
+def test_a_picker_drawn_under_the_prompt_is_gone_when_it_leaves(term):
+    """fzf --height draws its list under the command line and, as it leaves, climbs back and erases below
+    (``CSI J``): the list stayed in the history under the prompt, and the send that picked showed the stale
+    list ('> 42') instead of fzf's answer and the prompt."""
+    r, _ = term("seq 100 | fzf --height 10")
+    assert r.wait_reason == "stdin_read" and "100/100" in r.viewport, r.viewport[-400:]
+    r, _ = term("42", submit=False)
+    assert r.wait_reason == "stdin_read" and "1/100" in r.viewport, r.viewport[-400:]
+    r, _ = term("", keys=["Enter"], submit=False)
+    assert r.wait_reason == "stdin_read" and r.viewport.splitlines() == ["42", "$ "], r.viewport[-400:]
+    r, _ = term("echo picked")
+    assert r.viewport.splitlines() == ["$ echo picked", "picked", "$ "], r.viewport[-400:]
+    assert "1/100" not in term.read() and "fzf --height 10\n42\n$ echo picked\npicked\n$" in term.read()
 
 
 @needs["make"]
