@@ -684,7 +684,7 @@ class TerminalMagics(Magics):
         lines = [f"MCP server at {server.url}: {len(server.clients)} client(s)"]
         for index, client in enumerate(list(server.clients.values())):
             sessions = self.tools.call("terminal_list", {}, agent=client.agent).root  # type: ignore[attr-defined]
-            lines.append(f"  [{index}] {client.name} (agent {client.agent.name!r}): {client.calls} call(s), "
+            lines.append(f"  [{index}] {client.name!r} (agent {client.agent.name!r}): {client.calls} call(s), "
                          f"{len(sessions)} session(s) - watch with "
                          f"a = server.agents[{index}]; %term_view --agent a")
         return "\n".join(lines)

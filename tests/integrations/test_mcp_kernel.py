@@ -6,6 +6,7 @@ import re
 import httpx2
 import pytest
 from mcp import Client
+from mcp.types import Implementation
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.conftest import wait_for
@@ -13,6 +14,8 @@ from tests.integrations.conftest import alive, run
 from tests.notebook.test_kernel import Kernel
 
 pytestmark = pytest.mark.timeout(180)
+#: A client's name with an OSC 52 clipboard write in it.
+EVIL_NAME = Implementation(name="evil\x1b]52;c;aGk=\x07", version="1")
 
 
 @pytest.fixture
@@ -32,7 +35,7 @@ def test_an_outside_client_drives_a_terminal_the_notebook_watches(kernel):
 
     async def drive():  # the kernel is idle meanwhile: the server runs on the package loop, not in a cell
         async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}) as http, \
-                Client(streamable_http_client(url, http_client=http), client_info=None) as client:
+                Client(streamable_http_client(url, http_client=http), client_info=EVIL_NAME) as client:
             opened = await client.call_tool("terminal_open", {"type": "shell", "name": "outside"})
             sid = opened.structured_content["sessionId"]
             sent = await client.call_tool("terminal_send", {"sessionId": sid, "text": "echo from-outside-$((6*7))"})
@@ -44,6 +47,8 @@ def test_an_outside_client_drives_a_terminal_the_notebook_watches(kernel):
     assert "from-outside-42" in sent.structured_content["viewport"]
     assert status == "ok" and "from-outside-42" in shown, shown  # the notebook sees the client's terminal
     assert "1 client(s)" in shown and "1 session(s)" in shown
+    # the name a client gives itself is data: shown quoted, its escape sequence never reaches a terminal
+    assert "\x1b" not in shown and "'evil\\x1b]52;c;aGk=\\x07'" in shown, shown
     assert "outside" not in mine  # ...but the client's session is not the notebook's own
     wait_for(lambda: not alive(pid), timeout=5)  # the client left: its shell is closed
     status, out = kernel.run("%term_mcp stop")
