@@ -78,14 +78,18 @@ def test_stdout_carries_protocol_messages_only():
     proc = subprocess.Popen([sys.executable, "-m", "dsh_terminal_magics.mcp"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages) + "this is not json\n")
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages[:5]) + "this is not json\n"
+                         + '{"jsonrpc": "1.0", "id": 9, "method": "x"}\n' + json.dumps(messages[5]) + "\n")
         proc.stdin.flush()
-        by_id: dict[int, dict] = {}
+        by_id: dict[int | None, dict] = {}
+        unnamed: list[dict] = []
         while not {1, 2, 3, 4, 5} <= set(by_id):
             line = proc.stdout.readline()
             assert line, f"server ended early: {proc.stderr.read()[-2000:]}"
             reply = json.loads(line)  # fails on any stray output
-            if "id" in reply:
+            if reply.get("id") is None and "error" in reply:
+                unnamed.append(reply["error"])
+            elif "id" in reply:
                 by_id[reply["id"]] = reply
         proc.stdin.close()  # the client leaves
         rest = proc.stdout.read()
@@ -100,6 +104,9 @@ def test_stdout_carries_protocol_messages_only():
     assert by_id[3]["result"]["isError"] is True and "argument 'type'" in by_id[3]["result"]["content"][0]["text"]
     assert "error" in by_id[4]
     assert len(by_id[5]["result"]["tools"]) == 10
+    # a line that is no message gets JSON-RPC's error for it (id null), and the server goes on (5 came after)
+    assert [e["code"] for e in unnamed] == [-32700, -32600], unnamed
+    assert "not JSON" in unnamed[0]["message"] and "no JSON-RPC 2.0 message" in unnamed[1]["message"]
     pid = by_id[2]["result"]["structuredContent"]["pid"]
     assert not alive(pid)
 
