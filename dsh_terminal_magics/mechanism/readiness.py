@@ -456,6 +456,22 @@ class ReadinessProbe:
         self._sleep_answer = (last[1], min(ends) if ends else None)
         return self._sleep_answer[1]
 
+    def pause_ends(self, now: float) -> float | None:
+        """When the first thread of the last check that pauses by itself wakes up (``time.monotonic()``
+        seconds), or None: a pause is a sleep (``nanosleep``, ``clock_nanosleep``: ``sleep 5``, ``time.sleep``)
+        or a ``select``/``poll`` on no fds at all (PAM's delay after a wrong password).  Such a thread waits
+        for nothing but time - not for us, not for the network - so its wake is when the program goes on."""
+        last = self._last_sample
+        if last is None or not _TIMED:
+            return None
+        ends = []
+        for pid, tid in last[1]:
+            line = self._text(f"/proc/{pid}/task/{tid}/syscall")
+            end = self._sleep_end(pid, tid, line, now) if line and _pauses(line) else None
+            if end is not None:
+                ends.append(end)
+        return min(ends) if ends else None
+
     def _sleep_end(self, pid: int, tid: int, line: str, now: float) -> float | None:
         parts = line.split()
         try:
@@ -1156,6 +1172,21 @@ def _pts_index(rdev: int) -> int | None:
     """The pts number of a device number, or None when it is not a pts."""
     major = os.major(rdev)
     return (major - 136) * 256 + os.minor(rdev) if rdev and major in _PTS_MAJORS else None
+
+
+def _pauses(syscall: str) -> bool:
+    """Whether a ``/proc/PID/syscall`` line is a pause: a sleep, or a select/poll on no fds."""
+    parts = syscall.split()
+    try:
+        name = _TIMED.get(int(parts[0]))
+        count = int(parts[1 if name in ("select", "pselect6") else 2], 16) if name in _FD_WAITS else 0
+    except (ValueError, IndexError):
+        return False
+    return name in ("nanosleep", "clock_nanosleep") or (name in _FD_WAITS and count == 0)
+
+
+#: Timed waits on a set of fds; on none, a pause (their count: select's first argument, poll's second).
+_FD_WAITS = ("select", "pselect6", "poll", "ppoll")
 
 
 def _timeout_of(files: ProcFiles, pid: int, name: str, args: list[int]) -> tuple[int, bool, float] | None:

@@ -81,6 +81,9 @@ RELAY_SETTLE = 0.01
 #: How long a relay's own wait must last, with no new output and nothing behind it run, before it counts as
 #: having kept our input for itself (seconds): input it passed on may still be on its way to its command.
 KEPT_INPUT_SETTLE = 0.05
+#: How long after a pause the idle window waited for ends (seconds): the program's next output comes
+#: within milliseconds of its wake (the shell's prompt after ``sleep 5``).
+PAUSE_SETTLE = 0.25
 #: How long an interrupted send waits for the program to come back before giving up (seconds).
 INTERRUPT_GRACE = 5.0
 ENTER = b"\r"
@@ -227,6 +230,8 @@ class SendOperation:
         self._sleeping = False
         self._slept_from: float | None = None
         self._written_at = self._event_at = self._checked_at = self._burst_until = 0.0
+        #: The quiet spell (when it began) whose idle window was looked at for a pause, and when it ends.
+        self._pause_for = (-1.0, 0.0)
         self._partial_from = -1
         self._activity = self._activity_at_write = (0, 0)
         #: Checks right after output (none at the start: the program has yet to run); whether one ran yet.
@@ -371,7 +376,7 @@ class SendOperation:
                 # Input still queued at the first SIGINT may have started a job since: stop it too.
                 self.last_interrupt = now
                 session.interrupt_foreground()
-        idle_at = max(session.last_output, self._written_at) + self.request.idle
+        idle_at = self._idle_at(now)
         if now >= self.deadline:
             return "timeout"
         if now >= idle_at and not self.cancel_requested:
@@ -379,6 +384,24 @@ class SendOperation:
         probe = session.probe
         self._sleep(now, idle_at, nothing_ran=skipped and probe is not None and probe.running_thread is None)
         return None
+
+    def _idle_at(self, now: float) -> float:
+        """When the idle window ends: ``idle`` seconds after the last output (or the write).  When it ends
+        while the program pauses by itself (``sleep 5``; PAM's delay after a wrong password; see
+        :meth:`ReadinessProbe.pause_ends`) and wakes within one more window, before the deadline, the window
+        ends :data:`PAUSE_SETTLE` after the wake instead: what it does then is the send's answer, not a
+        guess at silence.  Once per quiet spell: a program that only pauses again (a silent loop of sleeps)
+        is idle after at most two windows."""
+        quiet_from = max(self.session.last_output, self._written_at)
+        idle_at = quiet_from + self.request.idle
+        if now < idle_at:
+            return idle_at
+        if self._pause_for[0] != quiet_from:
+            probe = self.session.probe
+            wakes = probe.pause_ends(now) if probe is not None and probe.available else None
+            waited = wakes is not None and wakes <= idle_at + self.request.idle and wakes < self.deadline
+            self._pause_for = (quiet_from, wakes + PAUSE_SETTLE if waited and wakes is not None else idle_at)
+        return self._pause_for[1]
 
     def _sleep(self, now: float, idle_at: float, nothing_ran: bool = False) -> None:
         """Schedule the next step: at the next turn while looking closely, else after the tick.

@@ -241,6 +241,28 @@ def test_quiet_command_is_inferred_idle(manager, agent, shell):
     manager.sync.signal(agent, shell, "SIGINT")
 
 
+@pytest.mark.parametrize("pause", ["sleep 1.5", f"{sys.executable} -c 'import select; select.select([], [], [], 1.5)'"])
+def test_a_program_that_pauses_past_the_idle_window_is_waited_for(manager, agent, shell, pause):
+    """A program sleeping (or in a select on no fds: PAM's delay after a wrong password, under su or
+    passwd) waits for nothing but time.  When its pause ends within one more idle window, what it does then
+    is the answer: a wrong password's 'Authentication failure' came after the 3 s window, as 'inferred_idle'
+    with the password prompt still showing."""
+    r = send(manager, agent, shell, f"{pause}; echo woke-$((6*7))", idle=1.0, timeout=20)
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 0) and "\nwoke-42\n" in r.viewport, r
+
+
+def test_a_pause_is_waited_for_once_per_quiet_spell_and_only_when_near(manager, agent, shell):
+    """Not for a pause that ends past the next window, nor again for a program that only pauses again (a
+    silent loop of sleeps), nor for a wait on fds with a timeout (a server's event loop is no pause)."""
+    for command in ("sleep 30", "while :; do sleep 0.4; done",
+                    f"{sys.executable} -c 'import select, socket; a, b = socket.socketpair(); "
+                    f"select.select([a], [], [], 1.5); print(\"woke\")'"):
+        r = send(manager, agent, shell, command, idle=1.0, timeout=20)
+        assert r.wait_reason == "inferred_idle" and "woke" not in r.viewport.split("\n", 1)[1], (command, r)
+        manager.sync.signal(agent, shell, "SIGINT")
+        assert send(manager, agent, shell, "").wait_reason == "stdin_read"
+
+
 def test_exit_reports_session_exit_with_status(manager, agent, shell):
     r = send(manager, agent, shell, "exit 3")
     assert (r.wait_reason, r.exit_code, r.session_status) == ("session_exit", 3, "exited")
