@@ -1,45 +1,111 @@
-"""Named keys, encoded as a terminal sends them.
+"""Named keys, encoded as a terminal (xterm) sends them.
 
 ``encode_keys(["Esc", ":", "w", "q", "Enter"], application_cursor=False)``
-returns the bytes to write.  A key is a name from :data:`KEY_NAMES`, ``C-a``
-… ``C-z`` (control), ``M-x`` (meta: ESC then the key), or any single
-character (itself).  Cursor keys follow the program's mode: ``ESC O A`` when
-it asked for application cursor keys (``ESC[?1h``), ``ESC [ A`` otherwise.
+returns the bytes to write.  A key is a name from :data:`KEY_NAMES` or any
+single character, after modifiers: ``C-`` (control), ``S-`` (shift), ``M-``
+(meta), in any order - ``C-a``, ``C-Space``, ``C-_``, ``S-Tab``, ``C-Left``,
+``M-x``, ``C-M-a``, ``S-F5``.  Cursor keys follow the program's mode: ``ESC O A``
+when it asked for application cursor keys (``ESC[?1h``), ``ESC [ A``
+otherwise; modified ones are xterm's ``ESC [ 1 ; m A``.  tmux's names
+(``BSpace``, ``BTab``, ``PPage``, ``NPage``, ``PgUp``, ``PgDn``, ``IC``, ``DC``)
+are accepted too.
 """
 from __future__ import annotations
 
 from ..errors import InvalidArgumentError
 
 _CURSOR = {"Up": "A", "Down": "B", "Right": "C", "Left": "D", "Home": "H", "End": "F"}
-_FIXED = {
-    "Enter": "\r", "Tab": "\t", "Esc": "\x1b", "Escape": "\x1b", "Backspace": "\x7f", "Space": " ",
-    "Delete": "\x1b[3~", "Insert": "\x1b[2~", "PageUp": "\x1b[5~", "PageDown": "\x1b[6~",
-    "F1": "\x1bOP", "F2": "\x1bOQ", "F3": "\x1bOR", "F4": "\x1bOS", "F5": "\x1b[15~", "F6": "\x1b[17~",
-    "F7": "\x1b[18~", "F8": "\x1b[19~", "F9": "\x1b[20~", "F10": "\x1b[21~", "F11": "\x1b[23~",
-    "F12": "\x1b[24~",
-}
-#: Every named key (besides C-x, M-x and single characters).
-KEY_NAMES = tuple(list(_FIXED) + list(_CURSOR))
+#: Keys xterm sends as ``ESC [ n ~`` (with modifiers ``ESC [ n ; m ~``).
+_TILDE = {"Insert": 2, "Delete": 3, "PageUp": 5, "PageDown": 6, "F5": 15, "F6": 17, "F7": 18, "F8": 19,
+          "F9": 20, "F10": 21, "F11": 23, "F12": 24}
+#: F1-F4: ``ESC O P``..``S`` (with modifiers ``ESC [ 1 ; m P``..``S``).
+_PF = {"F1": "P", "F2": "Q", "F3": "R", "F4": "S"}
+_PLAIN = {"Enter": "\r", "Tab": "\t", "Esc": "\x1b", "Escape": "\x1b", "Backspace": "\x7f", "Space": " "}
+_ALIASES = {"BSpace": "Backspace", "BTab": "S-Tab", "PPage": "PageUp", "NPage": "PageDown", "PgUp": "PageUp",
+            "PgDn": "PageDown", "IC": "Insert", "DC": "Delete", "Return": "Enter"}
+#: Every named key (besides single characters), modifiers aside.
+KEY_NAMES = tuple([*_PLAIN, *_CURSOR, *_TILDE, *_PF])
+_BY_LOWER_CASE = {name.lower(): name for name in [*KEY_NAMES, *_ALIASES]}
+#: xterm's modifier bits (the parameter sent is one more than their sum).
+_MODIFIER_BITS = {"S": 1, "M": 2, "C": 4}
+#: What control turns these characters into (besides letters): C-Space and C-@ are NUL, C-? is DEL.
+_CONTROL_PUNCTUATION = {" ": "\x00", "@": "\x00", "[": "\x1b", "\\": "\x1c", "]": "\x1d", "^": "\x1e", "_": "\x1f",
+                        "?": "\x7f"}
 MAX_KEYS = 1000
+_USE = ("use a name (Enter, Tab, Esc, Backspace, Space, Up, Down, Left, Right, Home, End, PageUp, PageDown, "
+        "Insert, Delete, F1-F12) or a single character, after modifiers C- (control), S- (shift), M- (meta): "
+        "e.g. C-c, C-Space, S-Tab, C-Left, M-x")
 
 
 def encode_key(key: str, application_cursor: bool = False) -> str:
     """The characters one key sends."""
     if not isinstance(key, str) or not key:
-        raise InvalidArgumentError(f"key {key!r} is not a key name: use names like Enter, Esc, Up, C-c, M-x "
-                                   "or a single character")
-    if key in _CURSOR:
-        return ("\x1bO" if application_cursor else "\x1b[") + _CURSOR[key]
-    if key in _FIXED:
-        return _FIXED[key]
-    if len(key) == 3 and key[:2] == "C-" and key[2].isalpha() and key[2].isascii():
-        return chr(ord(key[2].lower()) - ord("a") + 1)
-    if len(key) >= 3 and key[:2] == "M-":
-        return "\x1b" + encode_key(key[2:], application_cursor)
-    if len(key) == 1:
-        return key
-    raise InvalidArgumentError(f"unknown key {key!r}: use one of {', '.join(KEY_NAMES)}, C-a..C-z, M-<key>, "
-                               "or a single character")
+        raise InvalidArgumentError(f"key {key!r} is not a key name: {_USE}")
+    base, modifiers = _parse(key)
+    meta = "M" in modifiers
+    bits = sum(_MODIFIER_BITS[m] for m in modifiers)
+    if base in _CURSOR:
+        if not bits:
+            return ("\x1bO" if application_cursor else "\x1b[") + _CURSOR[base]
+        return f"\x1b[1;{bits + 1}{_CURSOR[base]}"
+    if base in _TILDE:
+        return f"\x1b[{_TILDE[base]}~" if not bits else f"\x1b[{_TILDE[base]};{bits + 1}~"
+    if base in _PF:
+        return f"\x1bO{_PF[base]}" if not bits else f"\x1b[1;{bits + 1}{_PF[base]}"
+    sent = _plain_key(key, base, modifiers - {"M"})
+    return "\x1b" + sent if meta else sent
+
+
+def _parse(key: str) -> tuple[str, set[str]]:
+    """``(base key, modifiers)``: ``"C-S-Left"`` is ``("Left", {"C", "S"})``; a tmux name is its own key."""
+    modifiers: set[str] = set()
+    rest = key
+    while len(rest) > 2 and rest[1] == "-" and rest[0] in _MODIFIER_BITS:
+        if rest[0] in modifiers:
+            raise InvalidArgumentError(f"key {key!r} repeats the modifier {rest[0]}-: {_USE}")
+        modifiers.add(rest[0])
+        rest = rest[2:]
+    if len(rest) > 1:
+        rest = _BY_LOWER_CASE.get(rest.lower(), rest)  # (names in any case: enter, ESC, pageup)
+    alias = _ALIASES.get(rest)
+    if alias is not None:
+        return _parse_alias(key, alias, modifiers)
+    if rest not in _PLAIN and rest not in _CURSOR and rest not in _TILDE and rest not in _PF and len(rest) != 1:
+        raise InvalidArgumentError(f"unknown key {key!r}: {_USE}")
+    return rest, modifiers
+
+
+def _parse_alias(key: str, alias: str, modifiers: set[str]) -> tuple[str, set[str]]:
+    base, own = _parse(alias)
+    if modifiers & own:
+        raise InvalidArgumentError(f"key {key!r} repeats the modifier {''.join(modifiers & own)}-: {_USE}")
+    return base, modifiers | own
+
+
+def _plain_key(key: str, base: str, modifiers: set[str]) -> str:
+    """A key sent as characters (meta aside): Enter, Tab, Esc, Backspace, Space or a single character, with
+    control or shift where the terminal has a character for it."""
+    if base == "Tab" and modifiers == {"S"}:
+        return "\x1b[Z"  # back-tab
+    char = " " if base == "Space" else base if len(base) == 1 else None
+    if char is None:
+        if modifiers:
+            raise InvalidArgumentError(f"key {key!r}: a terminal sends {base} with {'-, '.join(sorted(modifiers))}- "
+                                       f"as {base} alone (S-Tab is back-tab): send {base}, or M-{base}")
+        return _PLAIN[base]
+    if "S" in modifiers:
+        if not char.isalpha():
+            raise InvalidArgumentError(f"key {key!r}: shift makes only letters upper-case; send the shifted "
+                                       "character itself (e.g. '!' for S-1)")
+        char = char.upper()
+    if "C" in modifiers:
+        if char.isascii() and char.isalpha():
+            return chr(ord(char.lower()) - ord("a") + 1)
+        if char not in _CONTROL_PUNCTUATION:
+            raise InvalidArgumentError(f"key {key!r}: a terminal has no control character for {char!r}: send C- "
+                                       "with a letter, Space, @, [, \\, ], ^, _ or ?")
+        return _CONTROL_PUNCTUATION[char]
+    return char
 
 
 def encode_keys(keys: list[str], application_cursor: bool = False) -> bytes:

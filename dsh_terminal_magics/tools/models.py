@@ -84,7 +84,8 @@ class SendArgsForeground(_Args):
 _BACKGROUND_DOC = ("Return a jobId at once and run the send as a background job (collect with job_output, stop "
                    "with job_kill).")
 _KEYS_DOC = ("Extra: named keys sent after the text, in order: Enter, Tab, Esc, Up, Down, Left, Right, Home, End, "
-             "PageUp, PageDown, Backspace, Delete, F1-F12, C-a..C-z, M-<key>, or single characters.")
+             "PageUp, PageDown, Backspace, Delete, Insert, Space, F1-F12, or single characters, after modifiers "
+             "C- (control), S- (shift), M- (meta): C-c, C-Space, S-Tab, C-Left, M-x.")
 
 
 class SendArgs(SendArgsForeground):
