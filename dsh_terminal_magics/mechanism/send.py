@@ -122,10 +122,14 @@ class SendRequest:
         if "\r\n" in self.text:  # (Windows line ends: one line end each, as a terminal pastes them)
             object.__setattr__(self, "text", self.text.replace("\r\n", "\n"))
 
-    def payload(self, application_cursor: bool = False, paste: bool = False, enter: bytes = ENTER) -> bytes:
+    def payload(self, application_cursor: bool = False, paste: bool = False, enter: bytes = ENTER,
+                newline: bytes = LINE_FEED) -> bytes:
         """The bytes to write (raises for an unknown key name); ``paste``: the text as a bracketed paste
-        (see :meth:`wants_paste`), the keys and ``enter`` after it."""
+        (see :meth:`wants_paste`), the keys and ``enter`` after it; ``newline``: what a line end inside the
+        text sends (a CR - the Enter key - to a full-screen program, as a terminal pastes it)."""
         data = self.text.encode("utf-8", "surrogateescape")
+        if newline != LINE_FEED:
+            data = data.replace(LINE_FEED, newline)
         if paste:
             data = PASTE_START + data + PASTE_END
         if self.keys:

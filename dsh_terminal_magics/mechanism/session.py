@@ -27,7 +27,7 @@ from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker
-from .send import LINE_FEED, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
+from .send import ENTER, LINE_FEED, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
 from .terminal_replies import HeldAnswers, TerminalReplies
 
 
@@ -437,7 +437,9 @@ class Session:
             request.check_lines_fit_line_mode()  # (not when the mode is unknown: a refusal must be sure)
         escape_sent = b"\x1b" in typed
         if screen.full_screen:
-            return typed, escape_sent
+            # A line end is the Enter key, a CR, as a terminal pastes it: a line feed is C-j (nano justified
+            # the paragraph: three lines of code sent to it became one).
+            return request.payload(screen.application_cursor, newline=ENTER), escape_sent
         if screen.bracketed_paste and request.wants_paste():
             return request.payload(screen.application_cursor, paste=True), escape_sent
         if request.types_ahead():

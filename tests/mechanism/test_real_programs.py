@@ -17,7 +17,7 @@ PROMPT_WITHIN = 1.5
 needs = {name: pytest.mark.skipif(shutil.which(name) is None and not os.environ.get("CI"),
                                   reason=f"{name} is not installed (CI installs it)")
          for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl", "gpg", "pinentry-curses",
-                      "node", "make", "gdb", "sshd", "fzf")}
+                      "node", "make", "gdb", "sshd", "fzf", "nano")}
 
 
 @pytest.fixture
@@ -170,6 +170,25 @@ def test_vim_clean_write_quit_loses_nothing_ten_times(term):
         shell_gets_the_next_command(term, tag=f"V{i}")
     r, _ = term("cat note*.txt | wc -l")
     assert "\n10\n" in r.viewport
+
+
+@needs["nano"]
+def test_lines_sent_to_a_full_screen_editor_are_lines(term):
+    """A line end in text sent to a full-screen program is the Enter key (a CR), as a terminal pastes it: as
+    a line feed it is C-j, which nano takes for 'justify' - three lines of code became one line."""
+    r, _ = term("nano -I code.py")
+    assert r.wait_reason == "stdin_read" and r.screen is not None, r.viewport[-300:]
+    code = "def f(x):\n    if x:\n        return 1\n    return 2"
+    r, _ = term(code, submit=False)
+    assert r.wait_reason == "stdin_read", r.viewport[-300:]
+    term("", submit=False, keys=["C-o"])
+    r, _ = term("", submit=False, keys=["Enter"])
+    assert "Wrote 4 lines" in r.viewport, r.viewport[-400:]
+    r, _ = term("", submit=False, keys=["C-x"])
+    assert r.wait_reason == "stdin_read" and r.screen is None, r.viewport[-300:]
+    r, _ = term("cat code.py")
+    assert r.viewport.splitlines()[1:] == [*code.splitlines(), "$ "], r.viewport
+    shell_gets_the_next_command(term)
 
 
 @needs["top"]
