@@ -30,7 +30,7 @@ from .backends import BASE_ENV, BackendRegistry
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
-from .process_tree import SESSION_TOKEN_ENV, end_trees, process_table
+from .process_tree import SESSION_TOKEN_ENV, end_trees, subtree_table
 from .pty_child import spawn_off_loop
 from ..asciicast import open_recording
 from .sandbox import Sandbox
@@ -217,7 +217,7 @@ class SessionManager:
                 "or SIGINT/SIGTERM to stop the foreground command")
         try:
             os.killpg(pgid, SIGNALS[name])
-            if name in ("SIGINT", "SIGTERM", "SIGHUP") and _any_stopped(pgid):
+            if name in ("SIGINT", "SIGTERM", "SIGHUP") and _any_stopped(session, pgid):
                 # A stopped process acts on nothing until it is continued (a shell that ran kill -STOP $$
                 # kept the terminal, and every signal but SIGKILL waited for ever): as kill(1) does for jobs.
                 os.killpg(pgid, signal_module.SIGCONT)
@@ -331,9 +331,10 @@ async def wait_interruptible(op: SendOperation) -> SendResult:
         raise
 
 
-def _any_stopped(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` is stopped (one scan of ``/proc``)."""
-    return any(stat.pgrp == pgid and stat.state == "T" for stat in process_table().values())
+def _any_stopped(session: Session, pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is stopped (the terminal's groups are in the session's tree)."""
+    tree = subtree_table([session.child.pid]) if session.child is not None else {}
+    return any(stat.pgrp == pgid and stat.state == "T" for stat in tree.values())
 
 
 async def close_sessions(sessions: builtins.list[Session]) -> None:

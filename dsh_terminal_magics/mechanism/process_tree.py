@@ -17,9 +17,10 @@ import os
 import resource
 import signal
 import termios
+import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple, TypeVar
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -240,9 +241,35 @@ def process_table() -> dict[int, ProcessStat]:
     return table
 
 
-def scan_group(pgid: int) -> list[tuple[int, bool]]:
-    """Every process of group ``pgid`` with whether it still runs (zombies included; one ``/proc`` scan)."""
-    return [(pid, not stat.gone) for pid, stat in process_table().items() if stat.pgrp == pgid]
+#: Whether the kernel lists each thread's children (``/proc/PID/task/TID/children``): then a tree is walked
+#: down from its root instead of found in a scan of every process on the machine.
+CHILDREN_LISTED = os.path.exists(f"/proc/{os.getpid()}/task/{os.getpid()}/children")
+
+
+def subtree_table(roots: Iterable[int]) -> dict[int, ProcessStat]:
+    """``roots`` and every process below them, by pid, walked down their children lists: the cost of the tree,
+    not of the machine (on a host running 2000 other processes, each scan of them all held the loop 35 ms, and
+    a close made six).  Without children lists, one scan of all."""
+    if not CHILDREN_LISTED:
+        table = process_table()
+        return {pid: table[pid] for pid in descendants(roots, table) if pid in table}
+    found: dict[int, ProcessStat] = {}
+    stack = list(roots)
+    while stack:
+        pid = stack.pop()
+        if pid in found:
+            continue
+        stat = read_stat(pid)
+        if stat is None:
+            continue
+        found[pid] = stat
+        stack.extend(child for child in children_of(pid) if child not in found)
+    return found
+
+
+def group_in_tree(root: int, pgid: int) -> list[tuple[int, bool]]:
+    """Every process of group ``pgid`` in ``root``'s tree, with whether it still runs (zombies included)."""
+    return [(pid, not stat.gone) for pid, stat in subtree_table([root]).items() if stat.pgrp == pgid]
 
 
 def descendants(roots: Iterable[int], table: dict[int, ProcessStat]) -> set[int]:
@@ -353,15 +380,24 @@ class TreeToEnd:
         self.members = set()
 
 
-def discover(trees: list[TreeToEnd]) -> dict[int, ProcessStat]:
-    """Refresh every tree's members from one scan of ``/proc``; return the table."""
-    table = process_table()
+async def discover(trees: list[TreeToEnd]) -> dict[int, ProcessStat]:
+    """Refresh every tree's members; return the table they were found in.
+
+    While its leader lives, a tree is walked down from its members: orphans stay under the leader, a
+    subreaper.  Once a leader is gone its orphans may be anywhere, and what carries its token is looked
+    for in a scan of every process - in a thread of its own: on a busy machine that scan (every process's
+    environment read) is long, and the loop serves every other session meanwhile."""
+    tokens = [tree.token for tree in trees if tree.leader_exited]
+    if tokens:
+        table, carriers = await _off_the_loop(_scan_for_tokens, tokens)
+    else:
+        table, carriers = subtree_table(m.pid for tree in trees for m in tree.members | {tree.leader}), {}
     for tree in trees:
         roots = [m.pid for m in tree.members | {tree.leader}
                  if m.pid in table and table[m.pid].start_time == m.start_time]
         pids = descendants(roots, table)
         if tree.leader_exited:
-            pids |= with_token(tree.token, table, pids)
+            pids |= carriers.get(tree.token, set())
         known = {m.pid: m for m in tree.members}
         for pid in pids:
             stat = table[pid]
@@ -373,6 +409,54 @@ def discover(trees: list[TreeToEnd]) -> dict[int, ProcessStat]:
             if not stat.gone:
                 tree.members.add(ident)
     return table
+
+
+def _scan_for_tokens(tokens: list[bytes]) -> tuple[dict[int, ProcessStat], dict[bytes, set[int]]]:
+    """Every process, and for each token the pids whose environment carries it (each environment read once)."""
+    table = process_table()
+    needles = {token: SESSION_TOKEN_ENV.encode() + b"=" + token for token in tokens}
+    carriers: dict[bytes, set[int]] = {token: set() for token in tokens}
+    me = os.getpid()
+    for pid in table:
+        env = read_proc(f"/proc/{pid}/environ") if pid != me else None
+        if env:
+            for token, needle in needles.items():
+                if needle in env:
+                    carriers[token].add(pid)
+    return table, carriers
+
+
+_T = TypeVar("_T")
+
+
+async def _off_the_loop(work: Callable[..., _T], *args: object) -> _T:
+    """``work(*args)`` in a thread of its own, awaited; here when no thread can start (interpreter exit)."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[_T] = loop.create_future()
+
+    def settle(outcome: _T | None, error: BaseException | None) -> None:
+        if done.done():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(outcome)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            outcome, error = work(*args), None
+        except BaseException as exc:  # (handed to the awaiting loop)
+            outcome, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, outcome, error)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
+            pass
+
+    try:
+        threading.Thread(target=run, name="dsh-terminal-scan", daemon=True).start()
+    except RuntimeError:
+        return work(*args)
+    return await done
 
 
 def _living(tree: TreeToEnd, table: dict[int, ProcessStat]) -> set[ProcessId]:
@@ -400,7 +484,7 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
 
     Returns ``{member: killed_by_sigkill}`` for reporting.
     """
-    table = discover(trees)
+    table = await discover(trees)
     others = [m for t in trees for m in _living(t, table) if m != t.leader]
     forced: dict[ProcessId, bool] = {}
     if others:
@@ -416,7 +500,7 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
             if not pending or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(poll)
-            table = discover(trees)
+            table = await discover(trees)
     stopped: set[ProcessId] = set()
     await _freeze_all(trees, stopped)
     for _ in range(100):
@@ -435,7 +519,7 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
         # gone, look for stragglers by token too, until a scan finds none.
         for tree in trees:
             tree.leader_exited = True
-        table = discover(trees)
+        table = await discover(trees)
         if not any(_living(t, table) for t in trees):
             break
         await _freeze_all(trees, stopped)
@@ -448,7 +532,7 @@ async def _freeze_all(trees: list[TreeToEnd], stopped: set[ProcessId]) -> bool:
     found = False
     for _ in range(1000):
         fresh = [ident for tree in trees for ident in _stop_below(tree, stopped)]
-        table = discover(trees)  # (what a walk down from the members cannot reach: adopted elsewhere)
+        table = await discover(trees)  # (what a walk down from the members cannot reach: adopted elsewhere)
         for ident in (m for t in trees for m in _living(t, table) if m not in stopped):
             send_signal(ident, signal.SIGSTOP)
             stopped.add(ident)

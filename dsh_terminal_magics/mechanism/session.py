@@ -21,7 +21,7 @@ from ..errors import SessionBusyError, SessionNotRunningError, TerminalError
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
-from .process_tree import TreeToEnd, descendants, process_table, read_proc, scan_group
+from .process_tree import TreeToEnd, group_in_tree, read_proc, subtree_table
 from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
@@ -87,8 +87,7 @@ class Session:
         self.scrollback.columns = options.cols
         self.raw = RawRing(options.raw_bytes)
         self.normalizer = OutputNormalizer()
-        self.screen = ScreenTracker(options.rows, options.cols, self.raw, self.normalizer,
-                                    scan_group)
+        self.screen = ScreenTracker(options.rows, options.cols, self.raw, self.normalizer, self.group_members)
         self.replies = TerminalReplies(self.screen.model, self.screen.catch_up, self.size,
                                        lambda: self.screen.alternate, lambda: self.screen.application_cursor)
         self.operation: SendOperation | None = None
@@ -197,8 +196,8 @@ class Session:
         if self.child is None or self.probe is None or not (self.sandbox.wrapped or self.spec.wrapped):
             return
         foreground = self.foreground_pgid()
-        table = process_table()
-        below = descendants([self.child.pid], table)
+        table = subtree_table([self.child.pid])
+        below = set(table)
         if foreground > 0 and foreground != self.child.pid and foreground in below:
             program = foreground
         else:
@@ -473,6 +472,11 @@ class Session:
     def foreground_pgid(self) -> int:
         """The terminal's foreground process group (0 when not known)."""
         return self.probe.foreground_pgid() if self.probe else 0
+
+    def group_members(self, pgid: int) -> list[tuple[int, bool]]:
+        """Every process of group ``pgid`` in the session's tree (where the terminal's groups live), with
+        whether it still runs."""
+        return group_in_tree(self.child.pid, pgid) if self.child is not None else []
 
     def reads_lines(self) -> bool:
         """True while the terminal is in canonical mode (no program has taken the keys)."""

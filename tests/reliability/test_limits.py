@@ -245,3 +245,51 @@ def test_sessions_printing_flat_out_share_one_turn(manager, agent, monkeypatch):
         assert sum(batches[sid]) >= 400_000
         middle = batches[sid][len(batches[sid]) // 4: len(batches[sid]) // 2]  # (all four still printing)
         assert statistics.median(middle) <= 4096, middle
+
+
+def test_the_loop_never_scans_every_process_on_the_machine(monkeypatch):
+    """A scan of every process costs what the machine runs, not what a session runs: on a host with 2000
+    other processes each took 35 ms of the loop, opening a contained session made one, and a close six
+    (205 ms without an answer for any other session).  Sessions are walked down from their own processes;
+    the one scan a close needs (orphans of a gone leader, found by their token) runs off the loop."""
+    from dsh_terminal_magics.mechanism import process_tree, readiness
+
+    scans: list[str] = []
+    real = process_tree.process_table
+
+    def counted():
+        scans.append(threading.current_thread().name)
+        return real()
+
+    monkeypatch.setattr(process_tree, "process_table", counted)
+    monkeypatch.setattr(readiness, "process_table", counted)
+    for containment in ("auto", "tracking"):  # (a pid namespace with bubblewrap; subreaper and token)
+        _open_signal_and_close_without_a_scan_on_the_loop(containment, scans)
+
+
+def _open_signal_and_close_without_a_scan_on_the_loop(containment: str, scans: list[str]) -> None:
+    from tests.integrations.conftest import alive
+
+    tools, agent = TerminalTools(config={"containment": containment}), Agent("scans")
+    loop_thread = tools.manager.loop_thread.thread.name
+    try:
+        for kind in ("shell", "python"):
+            sid = tools.call("terminal_open", {"type": kind}, agent=agent).session_id
+            text = "sleep 30" if kind == "shell" else "import time; time.sleep(30)"
+            r = tools.call("terminal_send", {"sessionId": sid, "text": text, "timeout": 0.5}, agent=agent)
+            assert r.wait_reason == "timeout", r
+            tools.call("terminal_signal", {"sessionId": sid, "signal": "SIGINT"}, agent=agent)
+            r = tools.call("terminal_send", {"sessionId": sid, "text": "", "submit": True}, agent=agent)
+            assert r.wait_reason == "stdin_read", r
+            tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        r = tools.call("terminal_send", {"sessionId": sid, "text": "setsid sleep 60 & echo orphan=$!"}, agent=agent)
+        orphan = int(r.viewport.split("orphan=")[-1].split()[0])
+        r = tools.call("terminal_send", {"sessionId": sid, "text": "exit"}, agent=agent)
+        assert r.wait_reason == "session_exit", r
+        tools.call("terminal_close", {"sessionId": sid}, agent=agent)  # (its leader gone: the token scan)
+        assert containment != "tracking" or not alive(orphan)  # (in a namespace, the pid is the namespace's)
+    finally:
+        tools.shutdown()
+    assert loop_thread not in scans and scans, (containment, scans)
+    scans.clear()
