@@ -25,6 +25,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import threading
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -834,6 +835,49 @@ def bench_hostile_flood(reps: int, seconds: float, floods: int) -> dict:
             f"during {floods} sessions printing flat out (yes)": summary(many), "floods": floods}
 
 
+def bench_busy_host(others: int, seconds: float) -> dict:
+    """Another agent's ``echo hi`` while one agent opens and closes sessions over and over, on a host running
+    ``others`` more processes (``sleep``, started here and ended by pid) against the same with none: what the
+    loop does per session must cost what the session runs, not what the machine runs."""
+    tools = TerminalTools()
+    churner, me = Agent("churn"), Agent("me")
+    mine = tools.call("terminal_open", {"type": "shell"}, agent=me).session_id
+
+    def churn_while_sending() -> list[float]:
+        stop = threading.Event()
+
+        def churn() -> None:
+            while not stop.is_set():
+                sid = tools.call("terminal_open", {"type": "shell"}, agent=churner).session_id
+                tools.call("terminal_close", {"sessionId": sid}, agent=churner)
+
+        worker = threading.Thread(target=churn)
+        worker.start()
+        out, until = [], time.perf_counter() + seconds
+        while time.perf_counter() < until:
+            started = time.perf_counter()
+            tools.call("terminal_send", {"sessionId": mine, "text": "echo hi"}, agent=me)
+            out.append(time.perf_counter() - started)
+            time.sleep(0.005)
+        stop.set()
+        worker.join()
+        return out
+
+    alone = churn_while_sending()
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(others)]
+    try:
+        busy = churn_while_sending()
+    finally:
+        for process in sleepers:
+            process.kill()
+        for process in sleepers:
+            process.wait()
+    tools.shutdown()
+    return {"other processes": others, "churn on a quiet host": summary(alone),
+            f"churn with {others} other processes": summary(busy), "max_ms_alone": max(alone) * 1e3,
+            "max_ms_busy": max(busy) * 1e3, "p95_ratio": pct(busy, 0.95) / pct(alone, 0.95)}
+
+
 # -- report ------------------------------------------------------------------------------------------
 def verdicts(r: dict) -> list[tuple[str, bool, str]]:
     out = []
@@ -881,6 +925,10 @@ def verdicts(r: dict) -> list[tuple[str, bool, str]]:
     out.append((f"{m['agents']} agents back to back: throughput >= 0.7x pexpect threads", m["throughput_ratio"] >= 0.7,
                 f"{m['throughput_ratio']:.2f}x ({m['ours, back to back']['sends_per_s']:.0f} vs "
                 f"{m['pexpect threads, back to back']['sends_per_s']:.0f} sends/s)"))
+    b = r["busy_host"]
+    out.append((f"a send's p95 while sessions open and close, {b['other processes']} other processes on the host, "
+                "<= 1.5x the same on a quiet host", b["p95_ratio"] <= 1.5,
+                f"{b['p95_ratio']:.2f}x (max {b['max_ms_busy']:.1f} vs {b['max_ms_alone']:.1f} ms)"))
     q = r["readiness"]
     at_once = q["shell sleep 0; read x: read to result"]["median_ms"]
     out.append(("detection after a quiet period (shell: sleep 0.2, then read), read to result <= 2 ms",
@@ -920,6 +968,7 @@ def main() -> int:
     results["scale"] = bench_scale(20 if q else 200, 1 if q else 3)
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
     results["hostile_flood"] = bench_hostile_flood(20 if q else 200, 1.0 if q else 5.0, 4 if q else 32)
+    results["busy_host"] = bench_busy_host(200 if q else 2000, 1.0 if q else 5.0)
     results["readiness"] = bench_readiness(20 if q else 100, 2.0 if q else 10.0, 3.0 if q else 60.0)
     results["many_agents"] = bench_many_agents(4 if q else 64, 1.0 if q else 10.0, (2,) if q else (1, 8, 16, 32))
     results["verdicts"] = [{"target": t, "pass": ok, "measured": m} for t, ok, m in verdicts(results)]

@@ -17,9 +17,10 @@ def test_quick_benchmark_runs_and_reports_every_target():
     assert out.returncode == 0, out.stderr[-3000:]
     verdict_lines = [line for line in out.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
     results = json.loads((ROOT / "bench" / "results" / "quick.json").read_text())
-    assert len(verdict_lines) == len(results["verdicts"]) == 19, out.stdout[-3000:]
+    assert len(verdict_lines) == len(results["verdicts"]) == 20, out.stdout[-3000:]
     assert results["scale"]["leftover_processes"] == 0  # correctness, not speed
     assert results["hostile_flood"]["during the flood"]["n"] > 0
+    assert results["busy_host"]["churn with 200 other processes"]["n"] > 0
     free = results["round_trip"]["prompt-free"]
     assert all(v["wait_reasons"] == ["stdin_read"] for v in free.values() if "skipped" not in v)
 
