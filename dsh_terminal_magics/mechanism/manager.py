@@ -125,9 +125,10 @@ class SessionManager:
         token = f"{_PROCESS_TOKEN}.{secrets.token_hex(8)}"  # unrelated to the session id
         env = session_environment(environment, os.environ, {**BASE_ENV, **spec.env}, {SESSION_TOKEN_ENV: token})
         options = options or self.options
-        argv, pass_fds = sandbox.wrap(spec.argv, where, root)
-        # The fork and exec start now, in a spawner thread; the session's own state is built meanwhile.
-        spawning = spawn_off_loop(self.loop_thread.loop, argv, where, env, options.rows, options.cols, tuple(pass_fds))
+        # The sandbox's set-up (it reads every Unix socket the host has bound: 60 ms for 3000), the fork and
+        # the exec start now, in a spawner thread; the session's own state is built meanwhile.
+        spawning = spawn_off_loop(self.loop_thread.loop, lambda: sandbox.wrap(spec.argv, where, root), where, env,
+                                  options.rows, options.cols)
         try:
             session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
                               cwd=where, env=env, token=token, options=options,

@@ -76,12 +76,15 @@ _BUSY = _BusyReaders()
 _CONTROL_KEYS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-def spawn(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
-          pass_fds: tuple[int, ...] = ()) -> PtyProcess:
-    """Start ``argv`` on a new PTY as a session leader (our preexec); closes ``pass_fds`` here once the child
-    has its copies.  Blocks for the fork and until the exec: the loop runs it in a spawner thread
+def spawn(command: Callable[[], tuple[list[str], list[int]]], cwd: str, env: dict[str, str], rows: int,
+          cols: int) -> PtyProcess:
+    """Start what ``command()`` says - ``(argv, fds to pass)``, e.g. a sandbox's wrapping, which may read the
+    file system at length - on a new PTY as a session leader (our preexec); closes the fds passed here once
+    the child has its copies.  Blocks for the fork and until the exec: the loop runs it in a spawner thread
     (:func:`spawn_off_loop`)."""
     _check_descriptors_left()
+    argv, fds = command()
+    pass_fds = tuple(fds)
     try:
         proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
                                 preexec_fn=make_leader_preexec(os.getpid()), pass_fds=pass_fds)

@@ -95,13 +95,11 @@ class Sandbox:
         if self.mode == "off":
             return [bwrap, "--dev-bind", "/", "/", "--proc", "/proc", *_kernel_masks(cwd, workspace),
                     "--unshare-pid", "--die-with-parent", "--chdir", cwd, "--", *argv], []
-        filter_fd = seccomp_filter_fd()
         # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
         # /dev/console): the host's would let the session read and write other sessions' terminals - and
         # raw disks, whatever the read-only binds say.
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent",
-                "--seccomp", str(filter_fd)]
+                "--tmpfs", "/tmp", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
         if not self.network:
             args.append("--unshare-net")
         masked = _runtime_directories()
@@ -124,7 +122,8 @@ class Sandbox:
                 args += ["--tmpfs", path]
         for path in _host_sockets(["/tmp", *masked], [*hidden, workspace]):  # (last: no bind may bring one back)
             args += ["--ro-bind", "/dev/null", path]
-        args += ["--chdir", cwd, "--"]
+        filter_fd = seccomp_filter_fd()  # (last: a refusal above leaves no descriptor behind)
+        args += ["--seccomp", str(filter_fd), "--chdir", cwd, "--"]
         return args + argv, [filter_fd]
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from ptyprocess import PtyProcess
 
-from ..errors import SessionBusyError, SessionNotRunningError, TerminalError
+from ..errors import BackendError, SessionBusyError, SessionNotRunningError, TerminalError
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
@@ -159,6 +159,8 @@ class Session:
             except asyncio.CancelledError:
                 self._adopt(await spawning)
                 raise
+            except BackendError:
+                raise  # (the sandbox's refusal says what to do itself)
             except TerminalError as exc:
                 raise TerminalError(f"could not start {self.type!r} session: {exc}") from None
             self._adopt(proc)

@@ -60,6 +60,10 @@ class TerminalViewport(widgets.VBox):
         self._job_id = job_id
         self._last_html = ""
         self._rows_override = rows
+        # Followed first: a foreign or unknown session is refused before any widget exists (built first, seven
+        # stayed open in the kernel, each raising from its close when collected).  Views wait for the widgets.
+        self._built = False
+        self._follower = tools.follow(session_id, agent=owner, on_change=self._show, fps=fps)
         self.screen = widgets.HTML(layout=widgets.Layout(width="100%"))
         self.status = widgets.HTML()
         self.input = widgets.Text(placeholder="type a line and press Enter", continuous_update=False,
@@ -71,7 +75,8 @@ class TerminalViewport(widgets.VBox):
             button.on_click(self._key_handler(label))
             self.buttons.append(button)
         super().__init__([self.screen, self.status, widgets.HBox([self.input, *self.buttons])])
-        self._follower = tools.follow(session_id, agent=owner, on_change=self._show, fps=fps)
+        self._built = True
+        self._follower.refresh()
         self.rows = rows or self._follower.rows
         self.cols = self._follower.cols
 
@@ -80,6 +85,8 @@ class TerminalViewport(widgets.VBox):
 
     # -- loop thread ----------------------------------------------------------------------
     def _show(self, view: TerminalView) -> None:
+        if not self._built:
+            return
         if self._rows_override:
             view = _with_rows(view, self._rows_override)
         screen = view_html(view)
@@ -139,7 +146,9 @@ class TerminalViewport(widgets.VBox):
 
     def detach(self) -> None:
         """Stop following the session (the widget keeps its last view)."""
-        self._follower.close()
+        follower = getattr(self, "_follower", None)  # (none when the session was refused: see __init__)
+        if follower is not None:
+            follower.close()
 
 
 def _with_rows(view: TerminalView, rows: int) -> TerminalView:

@@ -42,6 +42,39 @@ def test_the_fork_runs_in_a_spawner_thread_not_on_the_loop(manager, agent, monke
     assert manager.loop_thread.thread.name not in threads
 
 
+@pytest.mark.parametrize("mode", ["read-only", "off"])
+def test_the_sandbox_is_set_up_in_a_spawner_thread_and_a_refusal_leaks_nothing(manager, agent, monkeypatch, mode):
+    """A sandbox's set-up reads the host's every bound Unix socket (60 ms of the loop for 3000 of them): it
+    runs with the fork, off the loop.  When it refuses, the open fails with its reason, the filter's
+    descriptor is not left open, and no session remains."""
+    from dsh_terminal_magics.errors import BackendError
+    from dsh_terminal_magics.mechanism import sandbox as sandbox_module
+    from dsh_terminal_magics.mechanism.sandbox import Sandbox
+
+    if sandbox_module.sandbox_problem() is not None:
+        pytest.skip(sandbox_module.sandbox_problem())
+    threads: list[str] = []
+    real = Sandbox.wrap
+
+    def recording_wrap(self, *args):
+        threads.append(threading.current_thread().name)
+        return real(self, *args)
+
+    monkeypatch.setattr(Sandbox, "wrap", recording_wrap)
+    sandbox = Sandbox(mode=mode, contain=True)  # type: ignore[arg-type]
+    info = manager.sync.open(agent, "shell", sandbox=sandbox)
+    assert manager.sync.send(agent, info.session_id, SendRequest("echo ok-$((6*7))")).wait_reason == "stdin_read"
+    manager.sync.close(agent, info.session_id)
+    assert threads and all(name.startswith("dsh-terminal-spawn-") for name in threads), threads
+    if mode == "off":
+        return  # (containment alone masks no sockets)
+    fds = set(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(sandbox_module, "_host_sockets", lambda *a: (_ for _ in ()).throw(BackendError("too many")))
+    with pytest.raises(BackendError, match="too many"):
+        manager.sync.open(agent, "shell", sandbox=sandbox)
+    assert set(os.listdir("/proc/self/fd")) <= fds and manager.sync.list(agent) == []
+
+
 def test_concurrent_opens_cannot_pass_the_per_agent_cap(agent):
     manager = SessionManager(max_sessions_per_owner=3)
     try:
@@ -160,7 +193,8 @@ def test_a_spawn_nobody_takes_is_killed_and_reaped(manager, monkeypatch):
     monkeypatch.setattr(pty_child, "spawn", recording_spawn)
 
     async def spawn_and_walk_away() -> None:
-        pty_child.spawn_off_loop(manager.loop_thread.loop, ["sleep", "60"], "/", dict(os.environ), 24, 80).cancel()
+        pty_child.spawn_off_loop(manager.loop_thread.loop, lambda: (["sleep", "60"], []), "/", dict(os.environ),
+                                 24, 80).cancel()
 
     manager.loop_thread.run(spawn_and_walk_away())
     wait_for(lambda: pids)

@@ -1,6 +1,7 @@
 """The viewport widget against a recording comm: what it sends, how often, and what reaches the session."""
 from __future__ import annotations
 
+import gc
 import html as html_module
 import re
 import threading
@@ -141,4 +142,32 @@ def test_follow_is_owner_fenced(tools, agent):
     sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
     with pytest.raises(TerminalError, match="unknown terminal session"):
         tools.follow(sid, agent=Agent("intruder"))
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+def test_a_viewport_of_a_session_it_may_not_see_leaves_no_widget_behind(monkeypatch, tools, agent):
+    """Refused (a foreign or unknown session), the viewport had built its widgets already: seven stayed open
+    in the kernel, and each, collected, raised AttributeError from its close."""
+    from dsh_terminal_magics import Agent, TerminalError
+
+    opened: list[RecordingComm] = []
+
+    class CountedComm(RecordingComm):
+        closed = False
+
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__()
+            self.comm_id = f"counted-{len(opened)}"
+            opened.append(self)
+
+        def close(self, *args, **kwargs) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(comm, "create_comm", lambda **kwargs: CountedComm())
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    with pytest.raises(TerminalError, match="unknown terminal session"):
+        TerminalViewport(tools, Agent("intruder"), sid)
+    gc.collect()  # (the refused viewport, collected, closes without an error)
+    assert all(c.closed for c in opened), [c.closed for c in opened]  # (none is opened now)
     tools.call("terminal_close", {"sessionId": sid}, agent=agent)
