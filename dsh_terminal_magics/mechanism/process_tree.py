@@ -1,7 +1,8 @@
 """Finding and ending a session's whole process tree.
 
 A session's tree is every process descended from its leader (the shell),
-found through parent links in ``/proc``.  The leader is made a child
+found by walking down the children lists in ``/proc`` (never by scanning every
+process on the machine, on the loop).  The leader is made a child
 subreaper before it execs (``prctl(PR_SET_CHILD_SUBREAPER)`` survives exec),
 so double-forked, ``setsid`` and ``nohup`` descendants are re-parented to it
 and stay in the tree.  Processes that escaped anyway (the leader died first)
