@@ -7,10 +7,13 @@ single character, after modifiers: ``C-`` (control), ``S-`` (shift), ``M-``
 ``M-x``, ``C-M-a``, ``S-F5``.  Cursor keys follow the program's mode: ``ESC O A``
 when it asked for application cursor keys (``ESC[?1h``), ``ESC [ A``
 otherwise; modified ones are xterm's ``ESC [ 1 ; m A``.  tmux's names
-(``BSpace``, ``BTab``, ``PPage``, ``NPage``, ``PgUp``, ``PgDn``, ``IC``, ``DC``)
-are accepted too.
+(``BSpace``, ``BTab``, ``PPage``, ``NPage``, ``PgUp``, ``PgDn``, ``IC``, ``DC``),
+modifiers as people write them (``ctrl+c``, ``Alt-x``, ``shift+tab``) and caret
+notation (``^C``) are accepted too.
 """
 from __future__ import annotations
+
+import re
 
 from ..errors import InvalidArgumentError
 
@@ -26,6 +29,9 @@ _ALIASES = {"BSpace": "Backspace", "BTab": "S-Tab", "PPage": "PageUp", "NPage": 
 #: Every named key (besides single characters), modifiers aside.
 KEY_NAMES = tuple([*_PLAIN, *_CURSOR, *_TILDE, *_PF])
 _BY_LOWER_CASE = {name.lower(): name for name in [*KEY_NAMES, *_ALIASES]}
+#: A modifier before a key: C-, S-, M- (or c-, ctrl+, Control-, alt+, meta-, shift+ ... as people write them).
+_MODIFIER_NAMES = {"c": "C", "ctrl": "C", "control": "C", "m": "M", "meta": "M", "alt": "M", "s": "S", "shift": "S"}
+_MODIFIER_PREFIX = re.compile(r"(ctrl|control|meta|alt|shift|[cms])[-+](?=.)", re.IGNORECASE)
 #: xterm's modifier bits (the parameter sent is one more than their sum).
 _MODIFIER_BITS = {"S": 1, "M": 2, "C": 4}
 #: What control turns these characters into (besides letters): C-Space and C-@ are NUL, C-? is DEL.
@@ -57,14 +63,18 @@ def encode_key(key: str, application_cursor: bool = False) -> str:
 
 
 def _parse(key: str) -> tuple[str, set[str]]:
-    """``(base key, modifiers)``: ``"C-S-Left"`` is ``("Left", {"C", "S"})``; a tmux name is its own key."""
+    """``(base key, modifiers)``: ``"C-S-Left"`` is ``("Left", {"C", "S"})``, and so are ``"ctrl+shift+left"``
+    and ``"Control-Shift-Left"``; ``"^C"`` is ``("C", {"C"})``; a tmux name is its own key."""
     modifiers: set[str] = set()
     rest = key
-    while len(rest) > 2 and rest[1] == "-" and rest[0] in _MODIFIER_BITS:
-        if rest[0] in modifiers:
-            raise InvalidArgumentError(f"key {key!r} repeats the modifier {rest[0]}-: {_USE}")
-        modifiers.add(rest[0])
-        rest = rest[2:]
+    if len(key) == 2 and key[0] == "^":  # caret notation, as terminals print control characters
+        return key[1], {"C"}
+    while (prefix := _MODIFIER_PREFIX.match(rest)) is not None:
+        modifier = _MODIFIER_NAMES[prefix.group(1).lower()]
+        if modifier in modifiers:
+            raise InvalidArgumentError(f"key {key!r} repeats the modifier {modifier}-: {_USE}")
+        modifiers.add(modifier)
+        rest = rest[prefix.end():]
     if len(rest) > 1:
         rest = _BY_LOWER_CASE.get(rest.lower(), rest)  # (names in any case: enter, ESC, pageup)
     alias = _ALIASES.get(rest)

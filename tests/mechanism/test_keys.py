@@ -13,7 +13,8 @@ XTERM = {
     "Up": b"\x1b[A", "C-Left": b"\x1b[1;5D", "C-Right": b"\x1b[1;5C", "S-Up": b"\x1b[1;2A", "M-Left": b"\x1b[1;3D",
     "C-S-End": b"\x1b[1;6F", "Delete": b"\x1b[3~", "C-Delete": b"\x1b[3;5~", "PPage": b"\x1b[5~",
     "PgDn": b"\x1b[6~", "F1": b"\x1bOP", "S-F1": b"\x1b[1;2P", "F5": b"\x1b[15~", "C-F12": b"\x1b[24;5~",
-    "enter": b"\r", "ESC": b"\x1b", "S-a": b"A", "a": b"a", "-": b"-", "M--": b"\x1b-", "\u65e5": "\u65e5".encode(),
+    "enter": b"\r", "ESC": b"\x1b", "ctrl+c": b"\x03", "Ctrl-Shift-Left": b"\x1b[1;6D", "alt+x": b"\x1bx",
+    "shift+tab": b"\x1b[Z", "^C": b"\x03", "^[": b"\x1b", "^": b"^", "S-a": b"A", "a": b"a", "-": b"-", "M--": b"\x1b-", "\u65e5": "\u65e5".encode(),
 }
 
 
