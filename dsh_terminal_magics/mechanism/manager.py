@@ -361,7 +361,8 @@ def check_request(request: SendRequest) -> None:
     if not isinstance(request.text, str):
         raise InvalidArgumentError(f"text must be a string, got {type(request.text).__name__}")
     if "\x00" in request.text:
-        raise InvalidArgumentError("text contains a NUL byte, which a terminal cannot carry: remove it")
+        raise InvalidArgumentError("text contains a NUL byte: remove it, or to type one (C-Space, C-@: emacs' "
+                                   "set-mark) send the key C-Space in keys instead")
     if len(request.text.encode("utf-8", "surrogateescape")) > MAX_SEND_BYTES:
         raise InvalidArgumentError(
             f"text is larger than {MAX_SEND_BYTES} bytes: write it to a file and send a command that reads it")
