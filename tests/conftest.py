@@ -81,10 +81,16 @@ def no_leaks() -> Iterator[None]:
     leaked = session_processes() - procs_before
     assert not leaked, f"test leaked session processes: {sorted(leaked)}"
     from dsh_terminal_magics.mechanism.readiness import _HOLDERS
-    while _HOLDERS.searching and time.monotonic() < deadline:  # (a search under way lists /proc/PID/fd dirs)
-        time.sleep(0.01)
-    live = {str(pid) for pid in session_processes()}
-    fds = {fd for fd in pty_fds() - fds_before if not _of_live_process(fd, live)}
+    while True:
+        while _HOLDERS.searching and time.monotonic() < deadline:  # (a search under way lists /proc/PID/fd dirs)
+            time.sleep(0.01)
+        live = {str(pid) for pid in session_processes()}
+        fds = {fd for fd in pty_fds() - fds_before if not _of_live_process(fd, live)}
+        if not fds or time.monotonic() >= deadline:
+            break
+        # A search another session's check started after the wait above holds a /proc listing for a moment
+        # (seen once, beside two CPU hogs): a leak is what is still open at the deadline.
+        time.sleep(0.05)
     assert fds == set(), f"test leaked fds: {sorted(fds)}"
 
 
