@@ -30,7 +30,7 @@ from .backends import BASE_ENV, BackendRegistry
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
-from .process_tree import SESSION_TOKEN_ENV, end_trees, subtree_table
+from .process_tree import SESSION_TOKEN_ENV, end_trees
 from .pty_child import spawn_off_loop
 from ..asciicast import open_recording
 from .sandbox import Sandbox
@@ -333,9 +333,8 @@ async def wait_interruptible(op: SendOperation) -> SendResult:
 
 
 def _any_stopped(session: Session, pgid: int) -> bool:
-    """Whether a process of group ``pgid`` is stopped (the terminal's groups are in the session's tree)."""
-    tree = subtree_table([session.child.pid]) if session.child is not None else {}
-    return any(stat.pgrp == pgid and stat.state == "T" for stat in tree.values())
+    """Whether a process of group ``pgid`` is stopped."""
+    return any(stat.state == "T" for stat in session.group_stats(pgid))
 
 
 async def close_sessions(sessions: builtins.list[Session]) -> None:

@@ -268,11 +268,6 @@ def subtree_table(roots: Iterable[int]) -> dict[int, ProcessStat]:
     return found
 
 
-def group_in_tree(root: int, pgid: int) -> list[tuple[int, bool]]:
-    """Every process of group ``pgid`` in ``root``'s tree, with whether it still runs (zombies included)."""
-    return [(pid, not stat.gone) for pid, stat in subtree_table([root]).items() if stat.pgrp == pgid]
-
-
 def descendants(roots: Iterable[int], table: dict[int, ProcessStat]) -> set[int]:
     """Pids of ``roots`` and everything below them in ``table``."""
     children: dict[int, list[int]] = {}

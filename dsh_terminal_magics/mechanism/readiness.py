@@ -44,6 +44,7 @@ import termios
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from .process_tree import HAVE_PROC, ProcFiles, ProcessStat, process_table, stat_of, stat_path
 
@@ -445,15 +446,9 @@ class ReadinessProbe:
             return None
         if self._sleep_answer is not None and self._sleep_answer[0] is last[1]:
             return self._sleep_answer[1]  # no check since: nothing of the group has run
-        ends = []
         for gone in self._sleeps_seen.keys() - last[1].keys():  # threads the last check no longer saw
             del self._sleeps_seen[gone]
-        for pid, tid in last[1]:
-            line = self._text(f"/proc/{pid}/task/{tid}/syscall")
-            end = self._sleep_end(pid, tid, line, now) if line else None
-            if end is not None:
-                ends.append(end)
-        self._sleep_answer = (last[1], min(ends) if ends else None)
+        self._sleep_answer = (last[1], self._first_wake(last[1], now))
         return self._sleep_answer[1]
 
     def pause_ends(self, now: float) -> float | None:
@@ -464,19 +459,26 @@ class ReadinessProbe:
         last = self._last_sample
         if last is None or not _TIMED:
             return None
+        return self._first_wake(last[1], now, pauses_only=True)
+
+    def _first_wake(self, threads: Iterable[tuple[int, int]], now: float,
+                    pauses_only: bool = False) -> float | None:
+        """When the first of ``threads`` in a timed wait (only a pause: ``pauses_only``) wakes, or None."""
         ends = []
-        for pid, tid in last[1]:
+        for pid, tid in threads:
             line = self._text(f"/proc/{pid}/task/{tid}/syscall")
-            end = self._sleep_end(pid, tid, line, now) if line and _pauses(line) else None
+            end = self._sleep_end(pid, tid, line, now, pauses_only) if line else None
             if end is not None:
                 ends.append(end)
         return min(ends) if ends else None
 
-    def _sleep_end(self, pid: int, tid: int, line: str, now: float) -> float | None:
+    def _sleep_end(self, pid: int, tid: int, line: str, now: float, pauses_only: bool = False) -> float | None:
         parts = line.split()
         try:
             name = _TIMED.get(int(parts[0]))
             args = [int(a, 16) for a in parts[1:7]]
+            if pauses_only and not _pauses(name, args):
+                return None
             timeout = _timeout_of(self._files, pid, name, args) if name is not None else None
         except (OSError, ValueError, IndexError, struct.error):
             timeout = None
@@ -1174,19 +1176,14 @@ def _pts_index(rdev: int) -> int | None:
     return (major - 136) * 256 + os.minor(rdev) if rdev and major in _PTS_MAJORS else None
 
 
-def _pauses(syscall: str) -> bool:
-    """Whether a ``/proc/PID/syscall`` line is a pause: a sleep, or a select/poll on no fds."""
-    parts = syscall.split()
-    try:
-        name = _TIMED.get(int(parts[0]))
-        count = int(parts[1 if name in ("select", "pselect6") else 2], 16) if name in _FD_WAITS else 0
-    except (ValueError, IndexError):
-        return False
-    return name in ("nanosleep", "clock_nanosleep") or (name in _FD_WAITS and count == 0)
-
-
-#: Timed waits on a set of fds; on none, a pause (their count: select's first argument, poll's second).
-_FD_WAITS = ("select", "pselect6", "poll", "ppoll")
+def _pauses(name: str | None, args: list[int]) -> bool:
+    """Whether timed wait ``name`` (with its syscall ``args``) is a pause: a sleep, or a select/poll on no fds
+    (their count: select's first argument, poll's second)."""
+    if name in ("select", "pselect6"):
+        return args[0] == 0
+    if name in ("poll", "ppoll"):
+        return args[1] == 0
+    return name in ("nanosleep", "clock_nanosleep")
 
 
 def _timeout_of(files: ProcFiles, pid: int, name: str, args: list[int]) -> tuple[int, bool, float] | None:

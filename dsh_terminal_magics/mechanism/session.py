@@ -21,7 +21,7 @@ from ..errors import BackendError, SessionBusyError, SessionNotRunningError, Ter
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
-from .process_tree import TreeToEnd, group_in_tree, read_proc, subtree_table
+from .process_tree import ProcessStat, TreeToEnd, read_proc, subtree_table
 from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
@@ -433,14 +433,14 @@ class Session:
 
     def _keys_and_text(self, request: SendRequest) -> tuple[bytes, bool]:
         screen = self.screen
-        typed = request.payload(screen.application_cursor)
+        # To a full-screen program a line end is the Enter key, a CR, as a terminal pastes it: a line feed is
+        # C-j (nano justified the paragraph: three lines of code sent to it became one).
+        typed = request.payload(screen.application_cursor, newline=ENTER if screen.full_screen else LINE_FEED)
         if len(typed) > MAX_LINE_MODE_LINE and self.probe is not None and self.probe.reads_lines():
             request.check_lines_fit_line_mode()  # (not when the mode is unknown: a refusal must be sure)
         escape_sent = b"\x1b" in typed
         if screen.full_screen:
-            # A line end is the Enter key, a CR, as a terminal pastes it: a line feed is C-j (nano justified
-            # the paragraph: three lines of code sent to it became one).
-            return request.payload(screen.application_cursor, newline=ENTER), escape_sent
+            return typed, escape_sent
         if screen.bracketed_paste and request.wants_paste():
             return request.payload(screen.application_cursor, paste=True), escape_sent
         if request.types_ahead():
@@ -475,10 +475,14 @@ class Session:
         """The terminal's foreground process group (0 when not known)."""
         return self.probe.foreground_pgid() if self.probe else 0
 
+    def group_stats(self, pgid: int) -> list[ProcessStat]:
+        """Every process of group ``pgid`` in the session's tree (where the terminal's groups live)."""
+        tree = subtree_table([self.child.pid]) if self.child is not None else {}
+        return [stat for stat in tree.values() if stat.pgrp == pgid]
+
     def group_members(self, pgid: int) -> list[tuple[int, bool]]:
-        """Every process of group ``pgid`` in the session's tree (where the terminal's groups live), with
-        whether it still runs."""
-        return group_in_tree(self.child.pid, pgid) if self.child is not None else []
+        """Every process of group ``pgid`` in the session's tree, with whether it still runs."""
+        return [(stat.pid, not stat.gone) for stat in self.group_stats(pgid)]
 
     def reads_lines(self) -> bool:
         """True while the terminal is in canonical mode (no program has taken the keys)."""
