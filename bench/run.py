@@ -206,6 +206,8 @@ class TwoThreadFloor:
         self.syscall = os.open(f"/proc/{self.pid}/syscall", os.O_RDONLY)
         self.schedstat = os.open(f"/proc/{self.pid}/task/{self.pid}/schedstat", os.O_RDONLY)
         self.unread = lambda: struct.unpack("i", fcntl.ioctl(self.slave, termios.TIOCINQ, b"\0" * 4))[0]
+        self.transit = select.poll()  # (polling the slave hands it the input still in transit, as ours does)
+        self.transit.register(self.slave, select.POLLIN)
         self.epoll = select.epoll()
         self.thread = threading.Thread(target=self._loop, daemon=True)
         self.thread.start()
@@ -214,6 +216,7 @@ class TwoThreadFloor:
     def _waiting(self, fence: bytes) -> bool:
         if not fence and not self.output_seen:
             return False  # (the first prompt: not printed yet)
+        self.transit.poll(0)
         before = os.pread(self.schedstat, 100, 0)
         if before == fence:
             return False  # (it has not run on our input yet)

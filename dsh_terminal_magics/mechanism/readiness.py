@@ -8,7 +8,9 @@ read.  Three fences keep this from firing early (see FIELD-NOTES):
 * **fresh evidence** - a thread's wait counts only if its scheduler stats
   changed since just before our write (or it is a new thread): a wait that
   was already in progress before the write says nothing about our input;
-* **input consumed** - the tty's unread input (``TIOCINQ``) must be zero;
+* **input consumed** - the tty's unread input (``TIOCINQ``) must be zero,
+  counted after input still in transit was handed to the line discipline
+  (see :meth:`ReadinessProbe.unread_input`);
 * **atomic sample** - ``/proc`` reads are not atomic, so the scheduler stats
   are read before and after the other reads and a moved sample is discarded.
 
@@ -38,6 +40,7 @@ import fcntl
 import math
 import os
 import platform
+import select
 import socket
 import struct
 import termios
@@ -156,6 +159,9 @@ class ReadinessProbe:
         (one ``stat`` more per look; elsewhere the path is unique)."""
         self.master_fd = master_fd
         self.slave_fd = slave_fd
+        #: A poll of the slave: polling a tty hands it the input still in transit (see :meth:`unread_input`).
+        self._transit = select.poll()
+        self._transit.register(slave_fd, select.POLLIN)
         self.tty_path = tty_path
         #: The program the session runs (the shell, a REPL): found under a wrapper once it started.
         self._leader_pid = leader_pid
@@ -302,12 +308,29 @@ class ReadinessProbe:
         return self._ready_sample
 
     def unread_input(self) -> int:
-        """Bytes written to the tty that no program has read yet (complete lines in canonical mode)."""
+        """Bytes written to the tty that no program has read yet (complete lines in canonical mode): zero
+        only when there are none, input in transit included (see :meth:`deliver_input_in_transit`; once
+        some is there, what is still in transit may not be counted yet)."""
+        self.deliver_input_in_transit()
         try:
             buf = fcntl.ioctl(self.slave_fd, termios.TIOCINQ, b"\0\0\0\0")
         except OSError:
             return -1
         return int(struct.unpack("i", buf)[0])
+
+    def deliver_input_in_transit(self) -> None:
+        """Hand the line discipline the input written to the master that it has not received yet.
+
+        A write to a PTY master only queues the bytes: a kernel worker moves them to the terminal's input
+        later, and until then ``TIOCINQ`` counts none of them (right after a write, almost always) and a
+        reader is not woken.  A reader that blocked in that gap - the shell reaching its prompt after an
+        interrupted command, as our next command was being written - looked like a fresh wait with all input
+        read: the send ended at once with the interrupted command's exit code.  Polling the slave makes the
+        kernel finish that work first (``n_tty_poll``); a reader it wakes is then seen running."""
+        try:
+            self._transit.poll(0)
+        except OSError:
+            pass
 
     def waiting_for_input(self, fence: Fence) -> float | None:
         """The timeout of the foreground group's fresh wait on this tty (``math.inf``: none), or None.
@@ -325,6 +348,7 @@ class ReadinessProbe:
         pgid = self.foreground_pgid()
         if pgid <= 0:
             return None
+        self.deliver_input_in_transit()  # (before the look: a reader our input wakes must be seen awake)
         return self._check(pgid, fence, count_from_leader=True)
 
     def _check(self, pgid: int, fence: Fence, count_from_leader: bool) -> float | None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import threading
 import time
@@ -218,6 +219,28 @@ def test_the_exit_code_of_a_command_before_the_one_running_is_not_reported(manag
     manager.sync.signal(agent, shell, "SIGINT")
     r = send(manager, agent, shell, "(exit 4)")
     assert (r.wait_reason, r.exit_code) == ("stdin_read", 4), r
+
+
+def test_input_in_transit_to_the_terminal_counts_as_unread(manager, agent, shell):
+    """A write to a PTY master only queues the bytes; a kernel worker hands them to the terminal later, and
+    until then TIOCINQ counted none of them (nearly every time, right after a write) and a reader was not
+    woken.  A shell that reached its prompt in that gap - after a terminal_signal, while the next command
+    was written - looked like a fresh wait with all input read: that send ended at once with the
+    interrupted command's exit code (130).  Counted now, a line written is there at once."""
+    send(manager, agent, shell, "sleep 30", timeout=0.5, idle=10)  # (canonical mode, and nobody reads)
+
+    def write_and_count() -> list[int]:
+        session = manager.session(agent, shell)
+        counts = []
+        for _ in range(20):
+            session.write_now(b"#\n")
+            counts.append(session.probe.unread_input())
+            os.read(session.probe.slave_fd, 100)  # (as a reader would: the next line is the only one)
+        return counts
+
+    assert manager.loop_thread.call(write_and_count) == [2] * 20
+    manager.sync.signal(agent, shell, "SIGINT")
+    assert send(manager, agent, shell, "(exit 4)").exit_code == 4
 
 
 def test_cpu_loop_times_out(manager, agent, shell):
