@@ -149,6 +149,14 @@ def _settle(done: "asyncio.Future[PtyProcess]", proc: PtyProcess | None, exc: Ba
         done.set_result(proc)  # type: ignore[arg-type]
 
 
+def _exit_code(status: int) -> int:
+    """A wait status as a shell reports it: the exit status, or 128 + the signal that ended the process (a
+    bare shell killed by SIGKILL showed -9, and one hung up by its terminal -1, which reads as "unknown";
+    under a wrapper - bubblewrap's, the python session's ``sh`` - the same deaths already showed 137, 129)."""
+    code = os.waitstatus_to_exitcode(status)
+    return 128 - code if code < 0 else code
+
+
 def _discard(proc: PtyProcess) -> None:
     """Kill a just-spawned process nobody took and reap it (it has started nothing yet to outlive it; under
     bubblewrap its namespace ends with it)."""
@@ -341,7 +349,7 @@ class PtyChild:
             pid, status = self.pid, -1
         if pid == 0:
             return False
-        self.exit_status = os.waitstatus_to_exitcode(status) if status >= 0 else None
+        self.exit_status = _exit_code(status) if status >= 0 else None
         self.exited = self._proc.terminated = True
         self.drain()
         self._on_change()

@@ -291,6 +291,24 @@ def test_exit_reports_session_exit_with_status(manager, agent, shell):
     assert (r.wait_reason, r.exit_code, r.session_status) == ("session_exit", 3, "exited")
 
 
+@pytest.mark.parametrize("contained", [False, True], ids=["bare", "sandboxed"])
+def test_a_shell_ended_by_a_signal_reports_128_plus_its_number(manager, agent, contained):
+    """As a shell reports a command's death: a bare shell killed by SIGKILL said -9, while under bubblewrap
+    the same death said 137."""
+    from dsh_terminal_magics.mechanism import sandbox as sandbox_module
+    from dsh_terminal_magics.mechanism.sandbox import Sandbox
+
+    if contained and sandbox_module.sandbox_problem() is not None:
+        pytest.skip(sandbox_module.sandbox_problem())
+    sandbox = Sandbox(mode="read-only", contain=True) if contained else Sandbox()  # type: ignore[arg-type]
+    sid = manager.sync.open(agent, "shell", sandbox=sandbox).session_id
+    try:
+        r = send(manager, agent, sid, "kill -KILL $$")
+        assert (r.wait_reason, r.exit_code, r.session_status) == ("session_exit", 137, "exited"), r
+    finally:
+        manager.sync.close(agent, sid)
+
+
 def test_progress_bar_keeps_its_last_state(manager, agent, shell):
     send(manager, agent, shell, r"for i in 1 2 3; do printf '\rprogress %d%%' $((i*33)); done; echo")
     page = manager.sync.read(agent, shell, 0, 10)
