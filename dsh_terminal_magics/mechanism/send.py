@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -417,6 +418,10 @@ class SendOperation:
         self._slept_from = now
         if self._spins > 0 or now < self._burst_until:
             self._spins -= 1
+            # The program may be waiting for this CPU (woken by an exit, a signal, our input): let it run before
+            # the next look.  Looks back to back on its CPU kept it from running for a whole time slice - a
+            # shell's `read` was seen 4 ms after it began, behind a few hundred looks at a shell not yet run.
+            os.sched_yield()
             self._timer, self._sleeping = loop.call_soon(self._step), False  # queued already: no sleep to cut
             return
         if not (nothing_ran and self._watching):

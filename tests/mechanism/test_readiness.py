@@ -243,6 +243,37 @@ def test_input_in_transit_to_the_terminal_counts_as_unread(manager, agent, shell
     assert send(manager, agent, shell, "(exit 4)").exit_code == 4
 
 
+def test_looks_back_to_back_let_the_program_have_the_cpu(manager, agent, shell, monkeypatch):
+    """After a process exits, the send looks back to back for a few milliseconds (the shell's next step blocks
+    soon).  On the program's own CPU those looks kept it from running: a few hundred looks at a shell not yet
+    run, for a whole time slice, before its `read` was seen (4 ms, where 1 ms was usual).  Here the loop and the
+    shell share one CPU; each look now first lets the program run, and a few looks see it reading."""
+    from dsh_terminal_magics.mechanism import send as send_module
+
+    session = manager.loop_thread.call(manager.session, agent, shell)
+    loop_thread = manager.loop_thread.thread.native_id
+    cpu = min(os.sched_getaffinity(0))
+    allowed = os.sched_getaffinity(loop_thread)
+    looks = [0]
+    real_step = send_module.SendOperation._step
+
+    def counting_step(self, *args):
+        looks[0] += 1
+        return real_step(self, *args)
+
+    monkeypatch.setattr(send_module.SendOperation, "_step", counting_step)
+    os.sched_setaffinity(session.pid, {cpu})  # (what the shell starts inherits it)
+    os.sched_setaffinity(loop_thread, {cpu})
+    try:
+        for _ in range(10):
+            r = send(manager, agent, shell, "sleep 0; x=$((6*7)); read y")
+            assert r.wait_reason == "stdin_read", r
+            send(manager, agent, shell, "", keys=["C-d"], submit=False)
+    finally:
+        os.sched_setaffinity(loop_thread, allowed)
+    assert looks[0] <= 300, looks  # (20 sends; it was 1500-3000 when the looks kept the CPU)
+
+
 def test_cpu_loop_times_out(manager, agent, shell):
     r = send(manager, agent, shell, "while :; do :; done", timeout=1.0)
     assert r.wait_reason == "timeout"
