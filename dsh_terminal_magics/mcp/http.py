@@ -39,6 +39,12 @@ RECONNECT_GRACE = 3.0
 #: How often ended sessions are looked for.
 REAP_INTERVAL = 0.5
 UNSUPPORTED_PROTOCOL_VERSION = -32022
+#: Connections the server keeps open at once (a client holds two or three: its requests and event stream).
+MAX_CONNECTIONS = 64
+#: Seconds a connection may stay open without having sent a whole request head.
+FIRST_REQUEST_TIMEOUT = 10.0
+#: The most of a refused request's body that is read (to find its id).
+MAX_REFUSED_BODY = 1 << 20
 
 
 @dataclass
@@ -148,7 +154,7 @@ class HttpServer:
 
         app = self._app()
         config = uvicorn.Config(app, log_config=None, log_level="warning", lifespan="on",
-                                timeout_graceful_shutdown=3)
+                                timeout_graceful_shutdown=3, http=_guarded_protocol())
         self._uvicorn = uvicorn.Server(config)  # off the main thread it leaves signals alone
         self._serving = asyncio.ensure_future(self._serve(sock))
         self._reaper = asyncio.ensure_future(self._reap())
@@ -288,12 +294,15 @@ class _Gate:
 
     async def _refuse_revision(self, version: str, receive: Any, send: Any) -> None:
         """Answer a sessionless-revision request with -32022 naming the revisions served."""
-        body = b""
-        while True:
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_REFUSED_BODY:
             message = await receive()
-            body += message.get("body", b"")
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
             if not message.get("more_body"):
                 break
+        body = b"".join(chunks)
         try:
             request_id = json.loads(body).get("id")
         except (ValueError, AttributeError):
@@ -303,6 +312,42 @@ class _Gate:
             "message": f"protocol revision {version} is not served here (it has no sessions, and each client's "
                        "terminals belong to its session): use the initialize handshake",
             "data": {"supported": list(HANDSHAKE_PROTOCOL_VERSIONS), "requested": version}}})
+
+
+def _guarded_protocol() -> type:
+    """uvicorn's h11 protocol, less what let any local process use up the kernel's file descriptors.
+
+    uvicorn keeps a connection that never sends a request open for ever, and takes every connection: 4000
+    idle ones from one process held 4000 of the kernel's fds (past its limit no session can open, nor a
+    ``/proc`` file be read).  Here a connection with no whole request head after
+    :data:`FIRST_REQUEST_TIMEOUT` is closed, and past :data:`MAX_CONNECTIONS` the oldest such idle one is
+    closed to make room (the new one, when none is idle): a client that sends requests keeps getting in.
+    """
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class Guarded(H11Protocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            self._opened_at = time.monotonic()
+            super().connection_made(transport)
+            self._first_request = self.loop.call_later(FIRST_REQUEST_TIMEOUT, self._close_if_idle)
+            if len(self.connections) > MAX_CONNECTIONS:
+                idle = [c for c in self.connections if isinstance(c, Guarded) and c._idle()]
+                victim = min(idle, key=lambda c: c._opened_at) if idle else self
+                victim.transport.close()
+
+        def _idle(self) -> bool:
+            """No request head has come whole yet."""
+            return self.cycle is None and not self.transport.is_closing()
+
+        def _close_if_idle(self) -> None:
+            if self._idle():
+                self.transport.close()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._first_request.cancel()
+            super().connection_lost(exc)
+
+    return Guarded
 
 
 def client_configs(url: str, token: str | None = None, name: str = "dsh-terminal") -> str:

@@ -336,3 +336,38 @@ def test_bad_addresses_are_one_clear_error_and_leave_nothing_listening(tools):
         assert taken.clients == {} and taken._serving is None
     finally:
         first.stop()
+
+
+def test_idle_connections_cannot_use_up_the_kernels_descriptors(tools, monkeypatch):
+    """uvicorn keeps a connection that never sends a request open for ever, and takes every one: a local
+    process (a program in a session, on the kernel's loopback) held 4000 of the kernel's fds with idle
+    connections, without a token - and past its limit no session opens, no /proc file is read.  Now past
+    MAX_CONNECTIONS the oldest idle one is closed (a client that sends requests still gets in), and an idle one
+    is closed after FIRST_REQUEST_TIMEOUT."""
+    import os
+    import socket
+
+    from dsh_terminal_magics.mcp import http as http_module
+
+    monkeypatch.setattr(http_module, "FIRST_REQUEST_TIMEOUT", 1.0)
+    server = HttpServer(tools)
+    server.start()
+    idle: list[socket.socket] = []
+    try:
+        fds_before = len(os.listdir("/proc/self/fd"))
+        idle = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(300)]
+        wait_for(lambda: len(os.listdir("/proc/self/fd")) - len(idle) - fds_before
+                 <= http_module.MAX_CONNECTIONS + 8, timeout=10)
+
+        async def body():
+            async with server.client() as client:
+                return await client.call_tool("terminal_list", {})
+
+        assert run(body).structured_content == {"sessions": []}  # (while the idle ones are still held)
+        for sock in idle:
+            sock.settimeout(10)
+        assert [sock.recv(1) for sock in idle] == [b""] * len(idle)  # every one closed by the server
+    finally:
+        for sock in idle:
+            sock.close()
+        server.stop()
