@@ -26,6 +26,7 @@ from ptyprocess import PtyProcess
 
 from ..errors import TerminalError
 from .process_tree import ProcessId, make_leader_preexec, read_stat
+from .sandbox import Wrapped
 
 #: Most foreground processes watched for exit at once (pidfds).
 MAX_EXIT_WATCHES = 16
@@ -76,18 +77,24 @@ _BUSY = _BusyReaders()
 _CONTROL_KEYS = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-def spawn(command: Callable[[], tuple[list[str], list[int]]], cwd: str, env: dict[str, str], rows: int,
-          cols: int) -> PtyProcess:
-    """Start what ``command()`` says - ``(argv, fds to pass)``, e.g. a sandbox's wrapping, which may read the
-    file system at length - on a new PTY as a session leader (our preexec); closes the fds passed here once
+def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: int, cols: int) -> PtyProcess:
+    """Start what ``command()`` says - e.g. a sandbox's wrapping, which may read the file system at length - on
+    a new PTY as a session leader (our preexec, then the wrapping's own step); closes the fds passed here once
     the child has its copies.  Blocks for the fork and until the exec: the loop runs it in a spawner thread
     (:func:`spawn_off_loop`)."""
     _check_descriptors_left()
-    argv, fds = command()
+    argv, fds, confine = command()
     pass_fds = tuple(fds)
+    leader = make_leader_preexec(os.getpid())
+
+    def preexec() -> None:
+        leader()
+        if confine is not None:
+            confine()
+
     try:
-        proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
-                                preexec_fn=make_leader_preexec(os.getpid()), pass_fds=pass_fds)
+        proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols), preexec_fn=preexec,
+                                pass_fds=pass_fds)
     except OSError as exc:
         raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
                             + _start_advice(exc)) from exc

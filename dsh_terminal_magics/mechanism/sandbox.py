@@ -12,7 +12,8 @@ Modes (config ``sandbox``):
 
 In both modes the session gets its own pid namespace (its processes cannot
 see or signal anything outside it, and when its init ends everything in it
-ends, kernel death included), no network unless ``sandboxNetwork``, and a
+ends, kernel death included), no network unless ``sandboxNetwork`` (then no
+abstract Unix socket of the host: :func:`abstract_socket_scope`), and a
 seccomp filter that refuses ``TIOCSTI``/``TIOCLINUX`` (keystroke injection
 into a terminal).  ``/dev`` is the host's, so the session's terminal and the
 observed readiness work exactly as outside.  When the sandbox cannot be set
@@ -20,6 +21,7 @@ up, opening the session fails with the reason - it never runs unsandboxed.
 """
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import platform
@@ -30,7 +32,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from itertools import islice
-from typing import Literal
+from typing import Callable, Literal, NamedTuple
 
 from ..errors import BackendError
 
@@ -42,10 +44,27 @@ _IOCTL_NR = {"x86_64": 16, "aarch64": 29}
 _DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_ERRNO_EPERM = 0x00050000 | 1
+#: Landlock (Linux 6.12, ABI 6): a domain that may not connect to abstract Unix sockets made outside it.
+_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_SCOPED_ABI = 6
+_SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
+_SYS_LANDLOCK_RESTRICT_SELF = {"x86_64": 446, "aarch64": 446}
+_PR_SET_NO_NEW_PRIVS = 38
 #: Most host Unix sockets outside the masked directories a sandbox masks one by one (a bind mount each).
 MAX_MASKED_SOCKETS = 4096
 #: Most entries of the workspace looked at for repositories (``.git``, ``.hg``, ``.jj``) kept read-only.
 MAX_REPOSITORY_LOOKS = 1024
+
+
+class Wrapped(NamedTuple):
+    """A session's command as a sandbox runs it."""
+
+    argv: list[str]
+    #: Descriptors the command is given (the seccomp filter's).
+    fds: list[int]
+    #: Run in the child just before the exec (None: nothing); raises OSError when it cannot.
+    confine: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -80,12 +99,13 @@ class Sandbox:
             return "containment: pid namespace (bubblewrap) - everything the session starts ends with it"
         return "containment: process tracking (subreaper, start times, token)"
 
-    def wrap(self, argv: list[str], cwd: str, workspace: str) -> tuple[list[str], list[int]]:
-        """``(argv, fds to pass)``: the command under bwrap, started in ``cwd``, and the seccomp filter's
-        descriptor.  ``workspace`` is the one directory ``workspace-write`` may write: a session opened in
-        another ``cwd`` starts there read-only (a model choosing ``cwd: "~"`` got the user's home writable)."""
+    def wrap(self, argv: list[str], cwd: str, workspace: str) -> Wrapped:
+        """The command under bwrap, started in ``cwd``, with the seccomp filter's descriptor (and, with the
+        network on, the abstract socket scope: :func:`abstract_socket_scope`).  ``workspace`` is the one
+        directory ``workspace-write`` may write: a session opened in another ``cwd`` starts there read-only (a
+        model choosing ``cwd: "~"`` got the user's home writable)."""
         if not self.wrapped:
-            return argv, []
+            return Wrapped(argv, [])
         what = f"sandbox {self.mode!r}" if self.mode != "off" else "containment 'namespace'"
         bwrap = shutil.which("bwrap")
         if bwrap is None:
@@ -93,8 +113,8 @@ class Sandbox:
                                "(Debian/Ubuntu: apt-get install bubblewrap) or turn it off")
         check_bwrap_works(bwrap)
         if self.mode == "off":
-            return [bwrap, "--dev-bind", "/", "/", "--proc", "/proc", *_kernel_masks(cwd, workspace),
-                    "--unshare-pid", "--die-with-parent", "--chdir", cwd, "--", *argv], []
+            return Wrapped([bwrap, "--dev-bind", "/", "/", "--proc", "/proc", *_kernel_masks(cwd, workspace),
+                            "--unshare-pid", "--die-with-parent", "--chdir", cwd, "--", *argv], [])
         # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
         # /dev/console): the host's would let the session read and write other sessions' terminals - and
         # raw disks, whatever the read-only binds say.
@@ -122,9 +142,12 @@ class Sandbox:
                 args += ["--tmpfs", path]
         for path in _host_sockets(["/tmp", *masked], [*hidden, workspace]):  # (last: no bind may bring one back)
             args += ["--ro-bind", "/dev/null", path]
+        # Its own network namespace has abstract sockets of its own; sharing the host's, it could reach the host's
+        # (an X server's, a D-Bus bus's: where `systemd-run --user` starts anything outside the sandbox).
+        confine = abstract_socket_scope(bwrap) if self.network else None
         filter_fd = seccomp_filter_fd()  # (last: a refusal above leaves no descriptor behind)
         args += ["--seccomp", str(filter_fd), "--chdir", cwd, "--"]
-        return args + argv, [filter_fd]
+        return Wrapped(args + argv, [filter_fd], confine)
 
 
 #: The directories where version control keeps a repository's own files, hooks and config among them.
@@ -305,6 +328,40 @@ def _hidden(argv: list[str], directories: list[str], masked: list[str]) -> list[
     reals = {os.path.realpath(c) for c in candidates if os.path.isdir(c)}
     found = sorted(p for p in reals if any(p != r and _within(p, r) for r in roots))
     return [p for p in found if not any(p != q and _within(p, q) for q in found)]
+
+
+def abstract_socket_scope(bwrap: str) -> Callable[[], None] | None:
+    """A step for the child before it execs ``bwrap``: a Landlock domain scoped to its own abstract Unix
+    sockets (a ``connect`` to one made outside it is refused), inherited by everything the session starts.
+    None where it cannot be had: the kernel has no such scope (before Linux 6.12), or ``bwrap`` is setuid (the
+    step sets ``no_new_privs``, which a setuid program loses its rights under).  Sharing the host's network
+    namespace (``sandboxNetwork``), a session reached every abstract socket of the host."""
+    machine = platform.machine()
+    if machine not in _SYS_LANDLOCK_CREATE_RULESET or os.stat(bwrap).st_mode & stat.S_ISUID:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    syscall, prctl = libc.syscall, libc.prctl
+    syscall.restype = ctypes.c_long
+    create, restrict = _SYS_LANDLOCK_CREATE_RULESET[machine], _SYS_LANDLOCK_RESTRICT_SELF[machine]
+    abi = syscall(ctypes.c_long(create), None, ctypes.c_size_t(0), ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
+    if abi < _LANDLOCK_SCOPED_ABI:
+        return None
+    attr = struct.pack("QQQ", 0, 0, _LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)  # (no file or network access handled)
+    buffer = ctypes.create_string_buffer(attr, len(attr))
+
+    def confine() -> None:
+        if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "could not set no_new_privs for the sandbox's socket scope")
+        ruleset = syscall(ctypes.c_long(create), buffer, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+        if ruleset < 0:
+            raise OSError(ctypes.get_errno(), "could not make the sandbox's Landlock socket scope")
+        try:
+            if syscall(ctypes.c_long(restrict), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+                raise OSError(ctypes.get_errno(), "could not enter the sandbox's Landlock socket scope")
+        finally:
+            os.close(ruleset)
+
+    return confine
 
 
 def seccomp_filter_fd() -> int:

@@ -181,6 +181,7 @@ def test_a_program_that_replaced_the_shell_is_read_afresh(manager, agent):
 
 def test_a_spawn_nobody_takes_is_killed_and_reaped(manager, monkeypatch):
     from dsh_terminal_magics.mechanism.process_tree import read_stat
+    from dsh_terminal_magics.mechanism.sandbox import Wrapped
 
     pids: list[int] = []
     real = pty_child.spawn
@@ -193,7 +194,7 @@ def test_a_spawn_nobody_takes_is_killed_and_reaped(manager, monkeypatch):
     monkeypatch.setattr(pty_child, "spawn", recording_spawn)
 
     async def spawn_and_walk_away() -> None:
-        pty_child.spawn_off_loop(manager.loop_thread.loop, lambda: (["sleep", "60"], []), "/", dict(os.environ),
+        pty_child.spawn_off_loop(manager.loop_thread.loop, lambda: Wrapped(["sleep", "60"], []), "/", dict(os.environ),
                                  24, 80).cancel()
 
     manager.loop_thread.run(spawn_and_walk_away())

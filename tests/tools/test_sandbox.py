@@ -301,3 +301,48 @@ def test_the_workspaces_git_repositories_stay_read_only(sandboxed, tmp_path):
     assert not (work / ".git" / "hooks" / "pre-commit").exists() and (work / "app" / ".git").is_dir()
     assert "fsmonitor" not in (work / ".git" / "config").read_text()
     assert send("echo hi > notes.txt && git status --short").exit_code == 0 and (work / "notes.txt").exists()
+
+
+def test_with_the_network_on_the_hosts_abstract_sockets_are_out_of_reach(sandboxed):
+    """Sharing the host's network namespace (sandboxNetwork), a session shared its abstract Unix sockets too: it
+    read what a host server on one sent (an X server's, a D-Bus bus's are such: where `systemd-run --user`
+    starts anything outside the sandbox).  Now a Landlock scope refuses the connect; the session's own
+    abstract sockets still work, and so does TCP."""
+    import socket
+    import threading
+
+    from dsh_terminal_magics.mechanism import sandbox as sandbox_module
+
+    if sandbox_module.abstract_socket_scope(shutil.which("bwrap") or "/nonexistent") is None:
+        pytest.skip("this kernel has no Landlock scope for abstract Unix sockets (Linux 6.12+)")
+    name = f"dsh-host-only-{os.getpid()}"
+    host, tcp = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), socket.socket()
+    host.bind("\0" + name)
+    tcp.bind(("127.0.0.1", 0))
+
+    def serve(server: socket.socket) -> None:
+        try:
+            while True:
+                server.accept()[0].sendall(b"host-secret")
+        except OSError:
+            return  # (closed)
+
+    for server in (host, tcp):
+        server.listen(4)
+        threading.Thread(target=serve, args=(server,), daemon=True).start()
+    try:
+        tools, agent, opened, work, send = sandboxed(sandboxNetwork=True)
+        connect = ("import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(chr(0) + sys.argv[1]); "
+                   "print(s.recv(20))")
+        r = send(f"python3 -c '{connect}' {name} 2>&1 | tail -1")
+        assert "PermissionError" in r.viewport and "host-secret" not in r.viewport, r.viewport
+        own = ("import socket; a = socket.socket(socket.AF_UNIX); a.bind('\\0own'); a.listen(1); "
+               "b = socket.socket(socket.AF_UNIX); b.connect('\\0own'); a.accept()[0].sendall(b'own-ok'); "
+               "print(b.recv(10))")
+        assert "b'own-ok'" in send(f'python3 -c "{own}"').viewport
+        port = tcp.getsockname()[1]
+        assert "host-secret" in send(f"python3 -c \"import socket; print(socket.create_connection(('127.0.0.1', "
+                                     f"{port})).recv(20))\"").viewport
+    finally:
+        host.close()
+        tcp.close()
