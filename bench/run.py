@@ -695,8 +695,8 @@ def bench_readiness(reps: int, cpu_window: float, compute_window: float) -> dict
     stamped: dict[str, list[float]] = {"sleep 0": [], "sleep 0.2": []}
 
     def detected(command: str) -> float:
-        r = tools.call("terminal_send", {"sessionId": sid, "text": f"{command}; printf %s \"$EPOCHREALTIME\" > {stamp}; "
-                                         "read x"}, agent=agent)
+        text = f"{command}; printf %s \"$EPOCHREALTIME\" > {stamp}; read x"
+        r = tools.call("terminal_send", {"sessionId": sid, "text": text}, agent=agent)
         delay = time.time() - float(stamp.read_text())  # (before the C-d: read after it, it held its round trip)
         assert r.wait_reason == "stdin_read", r
         tools.call("terminal_send", {"sessionId": sid, "text": "", "submit": False, "keys": ["C-d"]}, agent=agent)
