@@ -1,6 +1,7 @@
 """Close ends the whole captured tree; repeated cycles leak nothing."""
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -108,5 +109,9 @@ def test_many_cycles_leave_fds_threads_and_zombies_unchanged(manager, agent):
     before = (fd_count(), threading.active_count(), zombie_children())
     for _ in range(200):
         cycle()
-    after = (fd_count(), threading.active_count(), zombie_children())
-    assert after == before
+    # (A close's scan for a gone shell's orphans runs in a thread of its own, which ends just after the close
+    # has its answer: beside two CPU hogs one was still there at the count.  What stays is a leak.)
+    now = lambda: (fd_count(), threading.active_count(), zombie_children())  # noqa: E731
+    with contextlib.suppress(AssertionError):
+        wait_for(lambda: now() == before, timeout=10)
+    assert now() == before
