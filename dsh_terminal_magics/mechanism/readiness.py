@@ -312,6 +312,10 @@ class ReadinessProbe:
         only when there are none, input in transit included (see :meth:`deliver_input_in_transit`; once
         some is there, what is still in transit may not be counted yet)."""
         self.deliver_input_in_transit()
+        return self._unread_now()
+
+    def _unread_now(self) -> int:
+        """:meth:`unread_input` without handing over input in transit (a check did that as it began)."""
         try:
             buf = fcntl.ioctl(self.slave_fd, termios.TIOCINQ, b"\0\0\0\0")
         except OSError:
@@ -390,7 +394,7 @@ class ReadinessProbe:
                 return self._check(pgid, fence, count_from_leader=False)
             self._last_sample = (pgid, {})  # (changed again: the next look is a full check)
             return None
-        if self.unread_input() == 0:
+        if self._unread_now() == 0:  # (input in transit was handed over as the check began; only we write)
             self._ready_sample = self._last_sample
             return self._timeout
         return None
