@@ -33,8 +33,9 @@ log = logging.getLogger(__name__)
 COMPACT_MARKED_PARTIAL = 1024
 #: The same C0 controls as bytes (safe to delete before decoding: UTF-8 never uses them in sequences).
 _CONTROL_BYTES = bytes([*range(0x00, 0x08), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
-#: A shell's exit-code marker: OSC 133;D, the status, and the key our shell set-up adds (see shell_rc.bash).
-_EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d+))?(?:;(\d+))?(?:\x07|\x1b\\)")
+#: A shell's exit-code marker: OSC 133;D, the status (empty: not known), and the key our shell set-up adds
+#: (see shell_rc.bash).
+_EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d*))?(?:;(\d+))?(?:\x07|\x1b\\)")
 _EXIT_MARKER_BYTES = re.compile(_EXIT_MARKER.pattern.encode())
 #: A switch of the alternate screen, the cursor keys or bracketed paste, or a full reset (RIS, ``ESC c``: what
 #: ``reset`` sends), which puts the main screen and those modes back.
@@ -57,8 +58,9 @@ MAX_EXCURSION = 4096
 class TerminalEvents:
     """What one chunk of output asked of the terminal, besides text."""
 
-    #: Exit-code markers, as (status, key): the key is "" when the marker had none.
-    exit_markers: list[tuple[int, str]] = field(default_factory=list)
+    #: Exit-code markers, as (status, key): the status is None when the marker says it is not known, the key ""
+    #: when the marker had none.
+    exit_markers: list[tuple[int | None, str]] = field(default_factory=list)
     cursor_position_requests: int = 0
     device_attribute_requests: int = 0
     bells: int = 0
@@ -108,7 +110,7 @@ class OutputNormalizer:
                 bare = _EXIT_MARKER_BYTES.sub(b"", data)
                 if b"\x1b" not in bare:
                     text, events = self._feed_plain(bare)
-                    events.exit_markers = [(int(code or 0), key.decode()) for code, key
+                    events.exit_markers = [(_status(code), key.decode()) for code, key
                                            in _EXIT_MARKER_BYTES.findall(data)]
                     return text, events
         text = self._pending + self._decoder.decode(data)
@@ -200,9 +202,15 @@ class OutputNormalizer:
         return text[: match.start()]
 
 
+def _status(code: str | bytes) -> int | None:
+    """A marker's status, or None when it has none (our shell's marker leaves it empty when it does not know it:
+    see shell_rc.bash)."""
+    return int(code) if code else None
+
+
 def _collect_events(text: str, events: TerminalEvents) -> None:
     if "\x1b]133;" in text:
-        events.exit_markers = [(int(code or 0), key) for code, key in _EXIT_MARKER.findall(text)]
+        events.exit_markers = [(_status(code), key) for code, key in _EXIT_MARKER.findall(text)]
     if "\x1b[6n" in text:
         events.cursor_position_requests = text.count("\x1b[6n")
     if "c" in text and _DEVICE_ATTRIBUTES.search(text):

@@ -304,7 +304,7 @@ class Session:
         if self.screen.after_chunk(events) and op is not None:
             op.left_full_screen_at = self.scrollback.chars_written
 
-    def _exit_codes(self, markers: list[tuple[int, str]]) -> list[int]:
+    def _exit_codes(self, markers: list[tuple[int | None, str]]) -> list[int | None]:
         """The exit codes of the markers our shell set-up printed: those with the session's key.
 
         The shell draws the key before any command runs and prints it in every marker; the first keyed

@@ -54,6 +54,24 @@ def test_a_program_printing_an_exit_marker_cannot_forge_the_exit_code(manager, a
     manager.sync.signal(agent, shell, "SIGINT")
 
 
+def test_exit_codes_survive_a_command_that_sets_prompt_command(manager, agent, shell):
+    """A command that sets PROMPT_COMMAND (``history -a``; a tool's hook put in front, which returns a status of
+    its own) ended our shell's exit-code markers, and every later exit code was None.  The command that sets it
+    gets None (its status is not known); the ones after it get theirs, and hooks after ours still see it."""
+    r = send(manager, agent, shell, "PROMPT_COMMAND='history -a'")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", None), r
+    r = send(manager, agent, shell, "(exit 3)")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 3), r
+    send(manager, agent, shell, 'hook(){ return 7; }; PROMPT_COMMAND="hook${PROMPT_COMMAND:+;$PROMPT_COMMAND}"')
+    for command, code in (("(exit 4)", 4), ("true", 0), ("false", 1)):
+        r = send(manager, agent, shell, command)
+        assert (r.wait_reason, r.exit_code) == ("stdin_read", code), r
+    r = send(manager, agent, shell, "PROMPT_COMMAND+=(after); after(){ echo after:$?; }; (exit 5)")
+    r = send(manager, agent, shell, "(exit 6)")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 6), r
+    assert r.viewport.splitlines()[1:] == ["after:6", "$ "]
+
+
 @pytest.mark.parametrize("how", ["ctrl-z", "sigstop"])
 def test_a_command_that_stops_is_seen_at_the_next_look(manager, agent, shell, monkeypatch, how):
     """A foreground command that stops (Ctrl-Z while it computes, or SIGSTOP) hands the terminal back to the
