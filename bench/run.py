@@ -3,11 +3,12 @@
     python3 bench/run.py            # full run (several minutes)
     python3 bench/run.py --quick    # small sizes, used by the test suite so the bench cannot rot
     python3 bench/run.py --check    # exit status 1 when any target misses (targets are ratios in the run)
+    python3 bench/run.py --readme   # also put this run's tables into README.md (see report.py)
 
 Each benchmark interleaves the project and its baselines in the same process
 run and reports median and p95 over many repetitions, then the ratio and a
 pass/fail line per target.  Results are also written as JSON to
-``bench/results/latest.json``.
+``bench/results/latest.json``, and as the README's tables to ``bench/results/latest.md``.
 """
 from __future__ import annotations
 
@@ -957,17 +958,38 @@ def verdicts(r: dict) -> list[tuple[str, bool, str]]:
     return out
 
 
+def commit() -> str:
+    """The commit measured (``+changes`` when the package or the bench differ from it), or ``?``."""
+    root = RESULTS.parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--", "dsh_terminal_magics", "bench/run.py"],
+                                 cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+    return head + ("+changes" if changed else "")
+
+
+def bash_version() -> str:
+    out = subprocess.run(["bash", "-c", "echo $BASH_VERSION"], capture_output=True, text=True).stdout.strip()
+    return out.split("(")[0] or "?"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (CI)")
     parser.add_argument("--check", action="store_true", help="exit with status 1 when any target misses")
+    parser.add_argument("--readme", action="store_true", help="put this run's tables into README.md")
     args = parser.parse_args()
     q = args.quick
     results = {
         "machine": f"{platform.machine()} {os.cpu_count()} cores, Linux {platform.release()}, "
-                   f"Python {platform.python_version()}",
+                   f"Python {platform.python_version()}, bash {bash_version()}",
         "date": time.strftime("%Y-%m-%d"),
-        "command": "python3 bench/run.py" + (" --quick" if q else ""),
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "commit": commit(),
+        "command": "python3 bench/run.py" + (" --quick" if q else "") + (" --check" if args.check else ""),
     }
     results["idle_costs"] = bench_idle_costs(20 if q else 200)
     results["round_trip"] = bench_round_trip(24 if q else 400)
@@ -979,8 +1001,16 @@ def main() -> int:
     results["readiness"] = bench_readiness(20 if q else 100, 2.0 if q else 10.0, 3.0 if q else 60.0)
     results["many_agents"] = bench_many_agents(4 if q else 64, 1.0 if q else 10.0, (2,) if q else (1, 8, 16, 32))
     results["verdicts"] = [{"target": t, "pass": ok, "measured": m} for t, ok, m in verdicts(results)]
+    results["finished"] = time.strftime("%H:%M UTC", time.gmtime())
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / ("quick.json" if q else "latest.json")).write_text(json.dumps(results, indent=1))
+    name = "quick" if q else "latest"
+    (RESULTS / f"{name}.json").write_text(json.dumps(results, indent=1))
+    from report import render, update_readme  # (bench/ is the script's directory)
+
+    tables = render(results)
+    (RESULTS / f"{name}.md").write_text(tables)
+    if args.readme:
+        update_readme(RESULTS.parent.parent / "README.md", tables)
     print(json.dumps({k: v for k, v in results.items() if k != "verdicts"}, indent=1))
     print()
     for v in results["verdicts"]:
