@@ -41,7 +41,7 @@ SESSION_LABEL = {"shell": "bash, `echo hi`", "python": "python3, `print(2+2)`"}
 def render(results: dict) -> str:
     """The Markdown for one run: what ran, round trips, cells in a real kernel, many agents, targets."""
     parts = [_run_line(results), _round_trips(results["round_trip"]), _kernel_cells(results["kernel"]),
-             _many_agents(results["many_agents"]), _targets(results["verdicts"])]
+             _many_agents(results["many_agents"]), _under_load(results), _targets(results["verdicts"])]
     return "\n\n".join(parts) + "\n"
 
 
@@ -109,6 +109,33 @@ def _many_agents(m: dict) -> str:
     lines += ["", "Ours back to back by number of agents (sends/s; share of the time the loop thread is on a CPU): "
               + "; ".join(f"{n}: {row['sends_per_s']:.0f}/s, {row.get('loop_thread_cpu_percent', 0):.0f} %"
                           for n, row in sweep.items()) + "."]
+    return "\n".join(lines)
+
+
+def _under_load(r: dict) -> str:
+    """Idling's cost on this machine, another agent's sends during floods and session churn, and detection."""
+    idle, flood, busy, q = r["idle_costs"], r["hostile_flood"], r["busy_host"], r["readiness"]
+    storm = next((v for k, v in flood.items() if k.startswith("during ") and k != "during the flood"), None)
+    churn = [v for k, v in busy.items() if k.startswith("churn ")]
+    lines = [
+        f"- **What idling costs here**: waking a thread that waits in `epoll` takes "
+        f"{_ms(idle['wake after 0.2 ms idle ms'])} ms after 0.2 ms of idling and "
+        f"{_ms(idle['wake after 10 ms idle ms'])} ms after 10 ms; the same unit of interpreter work takes "
+        f"{_ms(idle['work after 10 ms asleep ms'])} ms right after its thread slept 10 ms against "
+        f"{_ms(idle['work back to back ms'])} ms back to back ({idle['cold_work_factor']:.2f}x slower cold).",
+        f"- **Another agent's flood** (a program rewriting a line flat out), while an agent sends `echo hi` every "
+        f"10 ms: {_ms(flood['during the flood']['median_ms'])} ms (p95 {_ms(flood['during the flood']['p95_ms'])})"
+        f" against {_ms(flood['quiet']['median_ms'])} ms quiet"
+        + (f"; during {flood['floods']} sessions printing flat out (`yes`): {_ms(storm['median_ms'])} ms "
+           f"(p95 {_ms(storm['p95_ms'])})." if storm is not None else "."),
+        f"- **Sessions opening and closing** all along, an agent's `echo hi` every 5 ms: p95 "
+        f"{_ms(churn[0]['p95_ms'])} ms on a quiet host, {_ms(churn[1]['p95_ms'])} ms with "
+        f"{busy['other processes']} more processes on it.",
+        f"- **Detection**: `sleep 0.2; read x` - from `read` beginning to the result "
+        f"{_ms(q['after_quiet_read_ms'])} ms (after `sleep 0`: "
+        f"{_ms(q['shell sleep 0; read x: read to result']['median_ms'])} ms); loop CPU while a silent `sleep` "
+        f"send waits {q['cpu_percent_while_waiting']:.2f} % of a core.",
+    ]
     return "\n".join(lines)
 
 
