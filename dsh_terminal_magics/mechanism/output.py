@@ -202,6 +202,16 @@ class OutputNormalizer:
         return text[: match.start()]
 
 
+def keyed_marker_at(data: bytes, key: str) -> int:
+    """Where the first exit-code marker carrying ``key`` (our shell's: it is at its prompt) starts in ``data``,
+    or -1."""
+    wanted = key.encode()
+    for match in _EXIT_MARKER_BYTES.finditer(data):
+        if match.group(2) == wanted:
+            return match.start()
+    return -1
+
+
 def _status(code: str | bytes) -> int | None:
     """A marker's status, or None when it has none (our shell's marker leaves it empty when it does not know it:
     see shell_rc.bash)."""

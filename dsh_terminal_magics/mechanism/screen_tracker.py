@@ -131,6 +131,15 @@ class ScreenTracker:
             self.bracketed_paste = events.bracketed_paste
         return left
 
+    def left_behind(self) -> None:
+        """The program that switched to the alternate screen has ended without switching back (killed, crashed):
+        the line history takes the output again, and results are text, not snapshots of what it left.  (The
+        screen model stays as the terminal is, on the alternate screen, until a program switches back or
+        ``reset``.)"""
+        self.alternate = False
+        self._normalizer.alternate = False
+        self._stop_drawing()
+
     def check_drawer(self, foreground: Callable[[], int]) -> None:
         """End cursor-addressing drawing once its program has left (group changed, drawers exited)."""
         if self.drawing_group is not None and self._drawing_program_left(foreground()):

@@ -20,7 +20,7 @@ from ptyprocess import PtyProcess
 from ..errors import BackendError, SessionBusyError, SessionNotRunningError, TerminalError
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec
-from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents
+from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents, keyed_marker_at
 from .process_tree import ProcessStat, TreeToEnd, read_proc, subtree_table
 from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
@@ -267,11 +267,29 @@ class Session:
         replies = self.replies.scan(data, offset)
         if replies:
             self._hold_answers(replies)
+        if self.screen.alternate or b"\x1b[?" in data:  # (on the alternate screen, or it may switch to it)
+            data = self._ingest_to_prompt(data)
         for piece in self.screen.pieces(data):
             self._ingest_piece(piece)
         self.last_output = time.monotonic()
         self.wake()
         self.listeners()
+
+    def _ingest_to_prompt(self, data: bytes) -> bytes:
+        """Take in ``data`` up to our shell's exit marker, if it has one, and return the rest.  Our shell back at
+        its prompt with the alternate screen still on means the program that switched to it ended without
+        switching back (a curses program killed or crashed): a terminal stays there until ``reset``, and every
+        later command's output was left out of the line history (``seq 1 100``: only what the screen showed, in
+        a snapshot).  From the prompt on, the output is line text again (see :meth:`ScreenTracker.left_behind`)."""
+        at = keyed_marker_at(data, self._marker_key) if self._marker_key else -1
+        if at < 0:
+            return data
+        if at > 0:
+            for piece in self.screen.pieces(data[:at]):
+                self._ingest_piece(piece)
+        if self.screen.alternate:
+            self.screen.left_behind()
+        return data[at:]
 
     def _ingest_piece(self, data: bytes) -> None:
         """Into the line history, what of ``data`` the main screen shows as text."""

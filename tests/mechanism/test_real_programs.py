@@ -301,6 +301,25 @@ def test_reset_puts_the_main_screen_back(term):
     shell_gets_the_next_command(term)
 
 
+@pytest.mark.parametrize("how", ["killed", "crashed"])
+def test_after_a_program_left_the_alternate_screen_behind_the_shells_output_is_kept(term, how):
+    """A curses program killed (or crashed) on the alternate screen leaves the terminal there.  Every later
+    command's output was left out of the line history and results were snapshots of that screen: ``seq 1 100``
+    kept only what the screen showed.  Once our shell is back at its prompt, its output is line text again."""
+    end = "os.kill(os.getpid(), 9)" if how == "killed" else "os._exit(3)"
+    r, _ = term(f"python3 -c \"import curses, os; s = curses.initscr(); curses.noecho(); s.addstr(5, 5, 'TUI'); "
+                f"s.refresh(); {end}\"")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 137 if how == "killed" else 3), r
+    r, _ = term("seq 1 100")  # (after the crash the terminal still has echo off, as curses left it: no echo)
+    numbers = "1\n" + "".join(f"{n}\n" for n in range(2, 101)) + "$ "
+    assert r.screen is None and r.viewport.endswith(numbers), r.viewport[-300:]
+    assert term.read().endswith(numbers), term.read()[-300:]
+    r, _ = term("vim -u NONE -N", timeout=10)
+    assert r.screen is not None, r.viewport[-300:]  # (a program switching to it again is a screen again)
+    r, _ = term(":q!", timeout=10)
+    shell_gets_the_next_command(term)
+
+
 #: What a full-screen program that keeps the main screen sends (as ``top`` does): keypad on, cursor hidden,
 #: a frame by cursor addressing; as it leaves, keypad back, cursor to the bottom and shown.
 DRAWING = r"printf '\033[?1h\033=\033[?25l\033[H\033[2J\033[5;1Hframe\033[?1l\033>\033[24;1H\r\n\033[?25h'"
