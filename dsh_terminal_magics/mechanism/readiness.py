@@ -47,7 +47,6 @@ import termios
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from .process_tree import HAVE_PROC, ProcFiles, ProcessStat, process_table, stat_of, stat_path
 
@@ -216,6 +215,10 @@ class ReadinessProbe:
         self._too_big = False
         #: The readers the last walk found (a look too soon for another walk looks at them again).
         self._outside_found: list[int] = []
+        #: Processes outside the group found reading our tty since they started (a prompter in a session of its
+        #: own: ``su -c``'s command, ``pinentry``): what they wait for next is watched like the group's own
+        #: threads' waits (see :meth:`sleep_ends`), at most :data:`MAX_OUTSIDE_READERS` of them.
+        self._prompters: list[int] = []
         #: Whether the last "waiting" verdict was seen through a relay (its output may still be in transit).
         self.through_relay = False
         #: Whether it was a relay's own wait, one that kept our input (see :meth:`_relayed_state`).
@@ -472,11 +475,12 @@ class ReadinessProbe:
         last = self._last_sample
         if last is None or not _TIMED:
             return None
-        if self._sleep_answer is not None and self._sleep_answer[0] is last[1]:
+        if self._sleep_answer is not None and self._sleep_answer[0] is last[1] and not self._prompters:
             return self._sleep_answer[1]  # no check since: nothing of the group has run
-        for gone in self._sleeps_seen.keys() - last[1].keys():  # threads the last check no longer saw
+        watched = self._watched(last[1])
+        for gone in self._sleeps_seen.keys() - watched.keys():  # threads no longer seen
             del self._sleeps_seen[gone]
-        self._sleep_answer = (last[1], self._first_wake(last[1], now))
+        self._sleep_answer = (last[1], self._first_wake(watched, now))
         return self._sleep_answer[1]
 
     def pause_ends(self, now: float) -> float | None:
@@ -487,20 +491,38 @@ class ReadinessProbe:
         last = self._last_sample
         if last is None or not _TIMED:
             return None
-        return self._first_wake(last[1], now, pauses_only=True)
+        return self._first_wake(self._watched(last[1]), now, pauses_only=True)
 
-    def _first_wake(self, threads: Iterable[tuple[int, int]], now: float,
+    def _watched(self, sample: dict[tuple[int, int], bytes]) -> dict[tuple[int, int], bytes | None]:
+        """The threads whose timed waits are watched, each with its scheduler stats: those of ``sample`` (the
+        last check's), and those of the prompters outside the group that are still there (see
+        :attr:`_prompters`)."""
+        watched: dict[tuple[int, int], bytes | None] = dict(sample)
+        alive = []
+        for pid in self._prompters:
+            stat = self._stat(pid)
+            if stat is None or stat.gone:
+                continue
+            alive.append(pid)
+            for tid in self._threads(pid)[:MAX_THREADS_LOOKED]:
+                watched.setdefault((pid, tid), self._schedstat(pid, tid))
+        self._prompters = alive
+        return watched
+
+    def _first_wake(self, threads: dict[tuple[int, int], bytes | None], now: float,
                     pauses_only: bool = False) -> float | None:
-        """When the first of ``threads`` in a timed wait (only a pause: ``pauses_only``) wakes, or None."""
+        """When the first of ``threads`` (with their scheduler stats) in a timed wait (only a pause:
+        ``pauses_only``) wakes, or None."""
         ends = []
-        for pid, tid in threads:
+        for (pid, tid), ran in threads.items():
             line = self._text(f"/proc/{pid}/task/{tid}/syscall")
-            end = self._sleep_end(pid, tid, line, now, pauses_only) if line else None
+            end = self._sleep_end(pid, tid, line, now, ran, pauses_only) if line else None
             if end is not None:
                 ends.append(end)
         return min(ends) if ends else None
 
-    def _sleep_end(self, pid: int, tid: int, line: str, now: float, pauses_only: bool = False) -> float | None:
+    def _sleep_end(self, pid: int, tid: int, line: str, now: float, ran: bytes | None,
+                   pauses_only: bool = False) -> float | None:
         parts = line.split()
         try:
             name = _TIMED.get(int(parts[0]))
@@ -517,7 +539,6 @@ class ReadinessProbe:
         # The same wait as before only if the thread has not run since (a loop of identical sleeps is new
         # sleeps).  Only long waits are watched: a program waking every few milliseconds is busy, and
         # the tick serves it; an end already past is no prediction at all.
-        ran = self._last_sample[1].get((pid, tid)) if self._last_sample is not None else None
         key = f"{line}|{ran!r}"
         seen = self._sleeps_seen.get((pid, tid))
         if seen is None or seen[0] != key:
@@ -694,6 +715,9 @@ class ReadinessProbe:
             return self._outside_state(members, group_stat, fence)
         finally:
             self._looked_at = outer
+            for pid in self._outside:
+                if pid not in self._prompters:
+                    self._prompters = [*self._prompters, pid][-MAX_OUTSIDE_READERS:]
 
     def _outside_state(self, members: list[int], group_stat: ProcessStat, fence: Fence) -> str:
         now = time.monotonic()

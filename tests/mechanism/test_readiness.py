@@ -323,6 +323,27 @@ def test_a_program_that_pauses_past_the_idle_window_is_waited_for(manager, agent
     assert (r.wait_reason, r.exit_code) == ("stdin_read", 0) and "\nwoke-42\n" in r.viewport, r
 
 
+#: A prompter in a session of its own, as ``su -c`` runs its command (util-linux's ``setsid``, against
+#: TIOCSTI): it reads the answer from our tty outside the foreground group, then pauses (PAM's delay after a
+#: wrong password) and answers.
+PROMPTER_OUTSIDE = (f"{sys.executable} -c \"import os, select, sys\nif os.fork() == 0:\n    os.setsid()\n"
+                    "    sys.stdout.write('Password: '); sys.stdout.flush(); line = os.read(0, 100)\n"
+                    "    select.select([], [], [], 1.6); print('checked', line.strip().decode()); os._exit(1)\n"
+                    "os.wait()\"")
+
+
+def test_a_pause_of_a_prompter_outside_the_group_is_waited_for(manager, agent, shell):
+    """The pause rule looked only at the foreground group's threads: a wrong password to ``su -c`` (whose
+    prompter has a session of its own) ended 'inferred_idle' with nothing after the password, whenever PAM's
+    delay outlasted the idle window; the failure came with the next send.  A process that read our tty from
+    outside the group is watched as the group's own threads are: its pause is waited for, and the check
+    comes as it wakes."""
+    r = send(manager, agent, shell, PROMPTER_OUTSIDE, timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("Password: "), r
+    r = send(manager, agent, shell, "wrong", idle=1.0, timeout=20)
+    assert r.wait_reason == "stdin_read" and "\nchecked wrong\n" in r.viewport and r.viewport.endswith("$ "), r
+
+
 def test_a_pause_is_waited_for_once_per_quiet_spell_and_only_when_near(manager, agent, shell):
     """Not for a pause that ends past the next window, nor again for a program that only pauses again (a
     silent loop of sleeps), nor for a wait on fds with a timeout (a server's event loop is no pause)."""
