@@ -433,15 +433,45 @@ def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
                 if column < len(cells):
                     cells[column:column] = [" "] * len(run)
             elif mark not in ROW_MARKS and column < width:  # (row marks: played by RowCursor)
-                run = run[:width - column]
-                if column > len(cells):
-                    cells.extend(" " * (column - len(cells)))
-                cells[column:column + len(run)] = [colour + run[0], *run[1:]]
+                column = _write_cells(cells, column, _cells_of(run)[:width - column], colour)
                 colour = ""
-                column += len(run)
     while len(cells) > column and cells[-1][-1:] == " ":  # blanks the cursor left behind it: erased
         cells.pop()
     return "".join(cells) + colour, column
+
+
+#: The second cell of a character two columns wide (it shows nothing of its own).
+_WIDE_TAIL = ""
+
+
+def _cells_of(run: str) -> list[str]:
+    """The screen cells ``run`` takes: one per character, two for a wide one (East Asian, emoji: the
+    second is :data:`_WIDE_TAIL`).  A line editor moves and deletes by cells: readline went back four
+    columns over two CJK characters, which, taken as four characters, left ``ech世界世界`` for ``echo 你世界``."""
+    if run.isascii() or _WIDE.search(run) is None:
+        return list(run)
+    cells: list[str] = []
+    for char in run:
+        cells.append(char)
+        if _WIDE.match(char):
+            cells.append(_WIDE_TAIL)
+    return cells
+
+
+def _write_cells(cells: list[str], column: int, new: list[str], colour: str) -> int:
+    """Write ``new`` cells over ``cells`` from ``column`` (the colour before the first); the column after.  A
+    wide character partly overwritten leaves a blank in its other half, as on a terminal."""
+    if not new:
+        return column
+    if column > len(cells):
+        cells.extend(" " * (column - len(cells)))
+    end = column + len(new)
+    if 0 < column < len(cells) and cells[column] == _WIDE_TAIL:
+        cells[column - 1] = " "
+    if end < len(cells) and cells[end] == _WIDE_TAIL:
+        cells[end] = " "
+    cells[column:end] = [colour + new[0], *new[1:]]
+    return end
 
 
 #: C0/C1 controls other than TAB, LF, CR and BS (and the same sparing the marks).

@@ -132,6 +132,17 @@ def test_a_line_editors_cursor_motion_is_played_not_stripped():
     assert marked("> 6*7\r\n42\r\n> ", "\x1b[1G\x1b[0J> 6*7\x1b[6G") == ["> 6*7", "42", "> 6*7"]
 
 
+def test_a_line_editor_moves_over_wide_characters_by_columns():
+    """A CJK character or an emoji takes two columns, and a line editor moves, deletes and redraws by columns:
+    readline's Backspace over '好' in 'echo 你好世界' (captured from bash) left 'ech世界世界', each character
+    taken as one column.  Writing over half of a wide character blanks the other half, as a terminal does."""
+    edit = "\b\x1b[K\b\b\b\b\b\b\x1b[2P世界\b\b\b\b"  # Backspace (the X), Left, Left, Backspace (好)
+    assert marked("$ echo 你好世界X", edit, "\r\n你世界\r\n$ ") == ["$ echo 你世界", "你世界", "$ "]
+    assert marked("$ 日本\x1b[4D\x1b[1@x\r\n") == ["$ x日本", ""]
+    assert render_line("你好\bX") == "你 X" and render_line("你好\b\b\bX") == " X好"
+    assert render_line("👍🏽ok\b\bOK") == "👍🏽OK"
+
+
 def test_prompt_toolkit_lines_and_the_room_it_reserves():
     """IPython (prompt_toolkit) as captured from a real session: it redraws its prompt, prints 34 blank
     lines for its menus and climbs back over them; none of that is line text."""
@@ -177,7 +188,7 @@ def test_lines_a_program_climbs_back_over_are_rewritten():
         sb = normalise((wide + "\r\nlast\r\n\x1b[2Anot over the wrapped line").encode())
         assert list(sb.iter_lines(1, 2)) == [wide, "last"] and sb.partial_line == "not over the wrapped line"
     assert marked("\u5bbd" * 70 + "\r\nlast\r\n\x1b[2Anarrow enough") == \
-        ["narrow enough" + "\u5bbd" * 57, "last", ""]
+        ["narrow enough " + "\u5bbd" * 63, "last", ""]  # (13 columns: 6 wide characters and half the 7th)
 
 
 def test_erase_below_on_a_row_the_cursor_climbed_to_blanks_the_rows_under_it():
