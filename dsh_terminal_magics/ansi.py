@@ -405,11 +405,17 @@ def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
     at most) and the column the cursor ends in.
 
     Played a run at a time (text, motion or edit), not a character at a time: a row's raw text holds up to
-    :data:`MAX_MOTION` motion marks per move, and output is untrusted (see :class:`RowCursor`)."""
+    :data:`MAX_MOTION` motion marks per move, and output is untrusted (see :class:`RowCursor`).  The cursor
+    moves by cells, as a line editor's does: a wide character (CJK, emoji) takes two, the second
+    :data:`_WIDE_TAIL`, and writing over half of one blanks the other half, as on a terminal (readline's
+    Backspace over a CJK character, taken as one cell, left ``ech世界世界`` for ``echo 你世界``)."""
     cells: list[str] = []
     column = 0
     colour = ""
     raw = raw.rstrip("\r")
+    wide = not raw.isascii() and _WIDE.search(raw) is not None
+    if wide:
+        raw = _WIDE.sub(_WITH_TAIL, raw.replace(_WIDE_TAIL, ""))
     pieces = SGR.split(raw) if "\x1b" in raw else [raw]
     for index, piece in enumerate(pieces):
         if index % 2:
@@ -433,45 +439,31 @@ def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
                 if column < len(cells):
                     cells[column:column] = [" "] * len(run)
             elif mark not in ROW_MARKS and column < width:  # (row marks: played by RowCursor)
-                column = _write_cells(cells, column, _cells_of(run)[:width - column], colour)
+                run = run[:width - column]
+                size = len(cells)
+                if column > size:
+                    cells.extend(" " * (column - size))
+                end = column + len(run)
+                if wide and column < size:  # (half of a wide character overwritten: the other half goes blank)
+                    if column and cells[column] == _WIDE_TAIL:
+                        cells[column - 1] = " "
+                    if end < size and cells[end] == _WIDE_TAIL:
+                        cells[end] = " "
+                cells[column:end] = [colour + run[0], *run[1:]]
                 colour = ""
+                column = end
     while len(cells) > column and cells[-1][-1:] == " ":  # blanks the cursor left behind it: erased
         cells.pop()
-    return "".join(cells) + colour, column
+    text = "".join(cells) + colour
+    return (text.replace(_WIDE_TAIL, "") if wide else text), column
 
 
-#: The second cell of a character two columns wide (it shows nothing of its own).
-_WIDE_TAIL = ""
+#: The second cell of a wide character while a line is played: a control the text never holds (the normaliser
+#: drops it), read as text by :data:`_PLAY_RUNS`, and taken out of what the line shows.
+_WIDE_TAIL = "\x01"
 
 
-def _cells_of(run: str) -> list[str]:
-    """The screen cells ``run`` takes: one per character, two for a wide one (East Asian, emoji: the
-    second is :data:`_WIDE_TAIL`).  A line editor moves and deletes by cells: readline went back four
-    columns over two CJK characters, which, taken as four characters, left ``ech世界世界`` for ``echo 你世界``."""
-    if run.isascii() or _WIDE.search(run) is None:
-        return list(run)
-    cells: list[str] = []
-    for char in run:
-        cells.append(char)
-        if _WIDE.match(char):
-            cells.append(_WIDE_TAIL)
-    return cells
-
-
-def _write_cells(cells: list[str], column: int, new: list[str], colour: str) -> int:
-    """Write ``new`` cells over ``cells`` from ``column`` (the colour before the first); the column after.  A
-    wide character partly overwritten leaves a blank in its other half, as on a terminal."""
-    if not new:
-        return column
-    if column > len(cells):
-        cells.extend(" " * (column - len(cells)))
-    end = column + len(new)
-    if 0 < column < len(cells) and cells[column] == _WIDE_TAIL:
-        cells[column - 1] = " "
-    if end < len(cells) and cells[end] == _WIDE_TAIL:
-        cells[end] = " "
-    cells[column:end] = [colour + new[0], *new[1:]]
-    return end
+_WITH_TAIL = "\\g<0>" + _WIDE_TAIL
 
 
 #: C0/C1 controls other than TAB, LF, CR and BS (and the same sparing the marks).
