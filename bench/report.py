@@ -61,8 +61,8 @@ def _ms(value: float) -> str:
 def _run_line(r: dict) -> str:
     missed = [v for v in r["verdicts"] if not v["pass"]]
     return (f"Run: `{r['command']}`, {r.get('started', r['date'])} to {r.get('finished', '?')}, at commit "
-            f"`{r.get('commit', '?')}`, on {r['machine']}. Every figure in this block is from that one run "
-            f"(`bench/results/latest.json`); it missed {len(missed)} of {len(r['verdicts'])} targets.")
+            f"`{r.get('commit', '?')}`, on {r['machine']}. Every figure in this block is from that one run (which "
+            f"writes them to `bench/results/latest.json`); it missed {len(missed)} of {len(r['verdicts'])} targets.")
 
 
 def _round_trips(rt: dict) -> str:
