@@ -47,6 +47,7 @@ import termios
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from .process_tree import HAVE_PROC, ProcFiles, ProcessStat, process_table, stat_of, stat_path
 
@@ -493,10 +494,12 @@ class ReadinessProbe:
             return None
         return self._first_wake(self._watched(last[1]), now, pauses_only=True)
 
-    def _watched(self, sample: dict[tuple[int, int], bytes]) -> dict[tuple[int, int], bytes | None]:
+    def _watched(self, sample: dict[tuple[int, int], bytes]) -> Mapping[tuple[int, int], bytes | None]:
         """The threads whose timed waits are watched, each with its scheduler stats: those of ``sample`` (the
         last check's), and those of the prompters outside the group that are still there (see
-        :attr:`_prompters`)."""
+        :attr:`_prompters`).  ``sample`` itself when there are none (a tick's look copies nothing)."""
+        if not self._prompters:
+            return sample
         watched: dict[tuple[int, int], bytes | None] = dict(sample)
         alive = []
         for pid in self._prompters:
@@ -509,7 +512,7 @@ class ReadinessProbe:
         self._prompters = alive
         return watched
 
-    def _first_wake(self, threads: dict[tuple[int, int], bytes | None], now: float,
+    def _first_wake(self, threads: Mapping[tuple[int, int], bytes | None], now: float,
                     pauses_only: bool = False) -> float | None:
         """When the first of ``threads`` (with their scheduler stats) in a timed wait (only a pause:
         ``pauses_only``) wakes, or None."""
