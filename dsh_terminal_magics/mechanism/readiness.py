@@ -1023,7 +1023,8 @@ class ReadinessProbe:
             return False
         try:
             if name in ("read", "readv"):
-                return self._is_tty(pid, args[0]) and self._waiting(math.inf)
+                seconds = self._read_timeout() if self._is_tty(pid, args[0]) else None
+                return seconds is not None and self._waiting(seconds)
             if name in ("select", "pselect6"):
                 return self._select_reads_tty(pid, name, args)
             if name in ("poll", "ppoll"):
@@ -1031,6 +1032,23 @@ class ReadinessProbe:
             return self._epoll_reads_tty(pid, name, args)
         except (OSError, ValueError, struct.error):
             return False
+
+    def _read_timeout(self) -> float | None:
+        """How long a read of our terminal waits for input, from its modes (``math.inf``: until some comes), or
+        None when it does not wait at all.  In raw mode with ``VMIN`` 0 a read returns after ``VTIME`` tenths
+        of a second with nothing: a reader that reads so over and over (JLine's, in ``jshell``, all along -
+        also while a snippet runs) is in a timed wait, not at a prompt by that alone (see
+        :meth:`SendOperation._settled`).  An inner terminal's modes (behind a relay) are not read: untimed."""
+        if self._relay_depth:
+            return math.inf
+        try:
+            attrs = termios.tcgetattr(self.master_fd)
+        except (OSError, termios.error):
+            return math.inf
+        if attrs[3] & termios.ICANON or attrs[6][termios.VMIN] != 0:  # (VMIN, VTIME: ints in raw mode only)
+            return math.inf
+        seconds = int(attrs[6][termios.VTIME]) / 10
+        return seconds if seconds >= SHORT_WAIT else None
 
     def _waiting(self, seconds: float) -> bool:
         """Record a tty wait's timeout (the longest seen in this check wins) and report it."""

@@ -543,6 +543,8 @@ class SendOperation:
         if timeout is None:
             self._timed_wait = None
             return False
+        if timeout != math.inf:
+            self.session.drain()  # (the cursor as the wait left it: its echo or prompt may still be unread)
         if timeout != math.inf and self._cursor_at_line_start():
             # Still working (node awaiting a promise): the idle rule ends the wait.  Looked at every tick, as
             # any timed wait (its answers to terminal queries are delivered at a look).

@@ -1198,3 +1198,53 @@ def test_windows_line_ends_in_sent_text_are_one_line_end_each(manager, agent, sh
     ends a block).  A terminal pastes a CR LF as one line end; so does a send."""
     r = send(manager, agent, shell, "echo one\r\necho two")
     assert r.viewport.splitlines() == ["$ echo one", "one", "$ echo two", "two", "$ "], r.viewport
+
+
+#: A line editor as JLine (``jshell``) runs one: a thread reads the terminal all along in raw mode with VMIN 0
+#: and VTIME 1 (a read that returns after 0.1 s with nothing), echoing, and hands whole lines to the program.
+TIMED_READER_REPL = """\
+import os, queue, sys, termios, threading, time
+fd = sys.stdin.fileno()
+saved = termios.tcgetattr(fd)
+raw = termios.tcgetattr(fd)
+raw[3] &= ~(termios.ICANON | termios.ECHO)
+raw[6][termios.VMIN], raw[6][termios.VTIME] = 0, 1
+termios.tcsetattr(fd, termios.TCSANOW, raw)
+lines = queue.Queue()
+def read_all_along():
+    line = b""
+    while True:
+        for key in os.read(fd, 1024):
+            if key in (10, 13):
+                os.write(1, b"\\r\\n"); lines.put(line.decode()); line = b""
+            else:
+                line += bytes([key]); os.write(1, bytes([key]))
+threading.Thread(target=read_all_along, daemon=True).start()
+try:
+    while True:
+        os.write(1, b"calc> ")
+        line = lines.get()
+        if line == "quit":
+            break
+        time.sleep(float(line.split()[1]) if line.startswith("work ") else 0)
+        os.write(1, f"done {line}\\r\\n".encode())
+finally:
+    termios.tcsetattr(fd, termios.TCSANOW, saved)
+"""
+
+
+def test_a_reader_in_timed_reads_all_along_is_no_prompt_while_its_program_works(manager, agent, shell, tmp_path):
+    """JLine reads the terminal all along, also while a snippet runs: each read of a raw terminal with VMIN 0
+    returns after VTIME tenths of a second, so it is a timed wait, and with the cursor at the start of a line
+    (no prompt shown) not a prompt.  ``Thread.sleep(3000)`` in jshell ended 'stdin_read' at once with no
+    result, and the next send's text went to the snippet."""
+    script = tmp_path / "calc.py"
+    script.write_text(TIMED_READER_REPL)
+    r = send(manager, agent, shell, f"{sys.executable} {script}", timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("calc> "), r
+    r = send(manager, agent, shell, "add 2", timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("done add 2\ncalc> "), r
+    r = send(manager, agent, shell, "work 1.5", idle=4, timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("done work 1.5\ncalc> "), r
+    r = send(manager, agent, shell, "quit", timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ ") and r.exit_code == 0, r
