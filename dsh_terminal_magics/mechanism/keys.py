@@ -123,3 +123,14 @@ def encode_keys(keys: list[str], application_cursor: bool = False) -> bytes:
     if len(keys) > MAX_KEYS:
         raise InvalidArgumentError(f"too many keys ({len(keys)}): send at most {MAX_KEYS} per call")
     return "".join(encode_key(k, application_cursor) for k in keys).encode("utf-8")
+
+
+#: A whole key code a terminal sends: a CSI sequence (``ESC [ 1 ; 5 A``) or an SS3 one (``ESC O P``).
+_WHOLE_KEY_CODE = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|O[ -~])")
+
+
+def holds_an_escape_key(typed: bytes) -> bool:
+    """Whether ``typed`` holds an ESC that is not the start of a whole key code: the Esc key (alone, or before
+    other keys: ``Esc : w q Enter``), or Meta as ESC before a key (``M-x``).  A program may wait out a timeout
+    before it acts on one (vim's Esc timeout); a cursor or function key (``Down``, ``F2``) it takes at once."""
+    return b"\x1b" in typed and b"\x1b" in _WHOLE_KEY_CODE.sub(b"", typed)

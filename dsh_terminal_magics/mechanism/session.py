@@ -28,6 +28,7 @@ from .sandbox import Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker
 from .send import ENTER, LINE_FEED, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
+from .keys import holds_an_escape_key
 from .terminal_replies import HeldAnswers, TerminalReplies
 
 
@@ -456,7 +457,7 @@ class Session:
         typed = request.payload(screen.application_cursor, newline=ENTER if screen.full_screen else LINE_FEED)
         if len(typed) > MAX_LINE_MODE_LINE and self.probe is not None and self.probe.reads_lines():
             request.check_lines_fit_line_mode()  # (not when the mode is unknown: a refusal must be sure)
-        escape_sent = b"\x1b" in typed
+        escape_sent = holds_an_escape_key(typed)
         if screen.full_screen:
             return typed, escape_sent
         if screen.bracketed_paste and request.wants_paste():

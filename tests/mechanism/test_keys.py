@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from dsh_terminal_magics.errors import InvalidArgumentError
-from dsh_terminal_magics.mechanism.keys import encode_keys
+from dsh_terminal_magics.mechanism.keys import encode_keys, holds_an_escape_key
 
 XTERM = {
     "Enter": b"\r", "Tab": b"\t", "S-Tab": b"\x1b[Z", "BTab": b"\x1b[Z", "Esc": b"\x1b", "Backspace": b"\x7f",
@@ -47,3 +47,10 @@ def test_a_program_reads_the_keys_as_sent(tools, agent):
     r = tools.call("terminal_send", {"sessionId": sid, "text": "", "keys": keys, "submit": False}, agent=agent)
     assert f"read {encode_keys(keys).hex()}" in r.viewport and r.viewport.endswith("$ "), r.viewport
     tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+
+
+@pytest.mark.parametrize(("typed", "holds"), [
+    (b"\x1b", True), (b"i hi\x1b:wq\r", True), (b"\x1bx", True), (b"\x1b[B\x1b", True), (b"\x1b[", True),
+    (b"\x1b[B", False), (b"\x1bOB", False), (b"\x1b[1;5A\x1bOQ\x1b[15~", False), (b"echo hi\r", False)])
+def test_an_escape_key_is_an_esc_that_starts_no_whole_key_code(typed, holds):
+    assert holds_an_escape_key(typed) is holds

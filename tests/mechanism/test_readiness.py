@@ -1248,3 +1248,49 @@ def test_a_reader_in_timed_reads_all_along_is_no_prompt_while_its_program_works(
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("done work 1.5\ncalc> "), r
     r = send(manager, agent, shell, "quit", timeout=20)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ ") and r.exit_code == 0, r
+
+
+#: A raw-mode menu that polls its terminal with a timeout (as prompt_toolkit does): a cursor key moves at once,
+#: and 1.2 s later the menu notes it on its own; an Esc alone is taken as one only once 0.3 s pass with
+#: nothing after it (as vim's Esc timeout).
+POLLING_MENU = """\
+import os, select, sys, termios, time, tty
+fd = sys.stdin.fileno()
+saved = termios.tcgetattr(fd)
+tty.setraw(fd)
+note_at = None
+try:
+    os.write(1, b"menu> ")
+    while True:
+        ready, _, _ = select.select([fd], [], [], 1.5)
+        if note_at is not None and time.monotonic() >= note_at:
+            os.write(1, b"\\r\\nlate\\r\\nmenu> "); note_at = None
+        if not ready:
+            continue
+        key = os.read(fd, 16)
+        if key == b"\\x1b" and not select.select([fd], [], [], 0.3)[0]:
+            os.write(1, b"\\r\\nesc\\r\\nmenu> ")
+        elif key in (b"\\x1b[B", b"\\x1bOB"):
+            os.write(1, b"\\r\\nmoved\\r\\nmenu> "); note_at = time.monotonic() + 1.2
+        elif key == b"q":
+            break
+finally:
+    termios.tcsetattr(fd, termios.TCSANOW, saved)
+"""
+
+
+def test_a_cursor_key_is_taken_at_once_and_only_an_esc_key_is_waited_out(manager, agent, shell, tmp_path):
+    """A timed wait after a send with an ESC in it must outlast its timeout (vim waits out its Esc timeout
+    before it acts).  A cursor or function key is a whole key code a program takes at once: every Down in a
+    prompt_toolkit menu (questionary, IPython's history) waited out the poll's timeout (~1 s), and here the
+    menu's own later note came with it."""
+    script = tmp_path / "menu.py"
+    script.write_text(POLLING_MENU)
+    r = send(manager, agent, shell, f"{sys.executable} {script}", timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("menu> "), r
+    r = manager.sync.send(agent, shell, SendRequest("", keys=["Down"], submit=False, timeout=20))
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("moved\nmenu> ") and "late" not in r.viewport, r
+    r = manager.sync.send(agent, shell, SendRequest("", keys=["Esc"], submit=False, timeout=20))
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("esc\nmenu> "), r
+    r = manager.sync.send(agent, shell, SendRequest("q", submit=False, timeout=20))
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
