@@ -176,6 +176,9 @@ class ReadinessProbe:
         #: Whether the last check found the program itself stopped by a signal (``T``: C-z, ``SIGSTOP``; not a
         #: tracer's stop) - with nothing above it in the session to continue it (see :meth:`Session.wake_program`).
         self.program_stopped = False
+        #: Whether the last check found a thread that does not read the tty run since the fence: what a reader
+        #: took may have been handed on to it (Textual's input thread passes keys to the app's main thread).
+        self.handed_on = False
         #: Thread ids per pid, read once per check (a walk and the verdict both need them).
         self._tasks: dict[int, list[int]] = {}
         #: Children per member, read by the walk (the verdict checks that none were added since).
@@ -372,6 +375,7 @@ class ReadinessProbe:
         self.tty_readers = []
         self._other_waits, self._tty_waiters = {}, set()
         self.program_stopped = False
+        self.handed_on = False
         self._too_big = False
         self.through_relay = self.kept_by_relay = False
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
@@ -798,6 +802,7 @@ class ReadinessProbe:
             return "busy"
         if not waits_on_tty:
             self._other_waits[(pid, tid)] = syscall
+            self.handed_on = self.handed_on or fence.schedstat.get((pid, tid)) != after
             return "idle"
         if self._sockets and self._passes_input_away(pid, self._sockets):
             return "busy"  # (ssh: what we type runs on another host, where nothing is seen)

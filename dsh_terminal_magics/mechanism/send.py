@@ -73,6 +73,9 @@ _BUSY_SENDS: "set[SendOperation]" = set()
 FULL_CHECK_EVERY = 1.0
 #: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
 TIMED_WAIT_SETTLE = 1.5
+#: A full-screen program's timed wait on the terminal this short must be outlasted once, with no new output,
+#: before it counts (seconds; see :meth:`SendOperation._polls_often`).
+SHORT_POLL = 0.25
 #: Added to it: a wait first seen as it began ends when the settle does, and a look then could come a hair
 #: before the program wakes (the result showed vim's screen from before its Esc timeout ran out).
 TIMED_WAIT_MARGIN = 0.05
@@ -550,7 +553,7 @@ class SendOperation:
             # any timed wait (its answers to terminal queries are delivered at a look).
             self._timed_wait = (math.inf, -1)
             return False
-        may_go_on = self.escape_sent or self._may_be_leaving()
+        may_go_on = self.escape_sent or self._may_be_leaving() or self._polls_often(timeout)
         probe = self.session.probe
         relayed = probe is not None and (probe.through_relay or probe.kept_by_relay)
         if not relayed and (timeout == math.inf or not may_go_on):
@@ -573,6 +576,17 @@ class SendOperation:
             self._timed_wait_seen = (session.raw.total, sample)
             return False
         return now >= self._timed_wait[0]
+
+    def _polls_often(self, timeout: float) -> bool:
+        """Whether a full-screen program polls its terminal every few tenths of a second at most
+        (:data:`SHORT_POLL`) in one thread while another, which ran since the write, does the work: it may still
+        be acting on the key.  Textual's input thread polls every 0.1 s and hands keys to the app; after the key
+        that quits, the app waits for that poll to end, then throws away input typed meanwhile as it leaves -
+        the send ended in that last poll, and the next command was lost.  One such poll outlasted costs little;
+        a long one (vim's, 4 s) would cost every key that much, and a program whose reader does the work
+        itself (emacs) has acted when it waits again."""
+        probe = self.session.probe
+        return timeout <= SHORT_POLL and self.session.screen.full_screen and probe is not None and probe.handed_on
 
     def _may_be_leaving(self) -> bool:
         """Whether a program left the alternate screen during this send and may be shutting down still: not
