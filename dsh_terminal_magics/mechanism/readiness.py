@@ -179,6 +179,9 @@ class ReadinessProbe:
         #: Whether the last check found a thread that does not read the tty run since the fence: what a reader
         #: took may have been handed on to it (Textual's input thread passes keys to the app's main thread).
         self.handed_on = False
+        #: The longest of those threads' timed waits shorter than :data:`SHORT_WAIT` (seconds left; 0: none): a
+        #: timer set since the write, due within milliseconds (fzf draws its list after one).
+        self.timer_due = 0.0
         #: Thread ids per pid, read once per check (a walk and the verdict both need them).
         self._tasks: dict[int, list[int]] = {}
         #: Children per member, read by the walk (the verdict checks that none were added since).
@@ -376,6 +379,7 @@ class ReadinessProbe:
         self._other_waits, self._tty_waiters = {}, set()
         self.program_stopped = False
         self.handed_on = False
+        self.timer_due = 0.0
         self._too_big = False
         self.through_relay = self.kept_by_relay = False
         if pgid not in self.wrappers:  # the group's leader on a CPU answers "no" without a walk
@@ -802,7 +806,9 @@ class ReadinessProbe:
             return "busy"
         if not waits_on_tty:
             self._other_waits[(pid, tid)] = syscall
-            self.handed_on = self.handed_on or fence.schedstat.get((pid, tid)) != after
+            if fence.schedstat.get((pid, tid)) != after:  # (it ran since the write)
+                self.handed_on = True
+                self.timer_due = max(self.timer_due, self._short_timer(pid, syscall))
             return "idle"
         if self._sockets and self._passes_input_away(pid, self._sockets):
             return "busy"  # (ssh: what we type runs on another host, where nothing is seen)
@@ -1054,6 +1060,21 @@ class ReadinessProbe:
             return math.inf
         seconds = int(attrs[6][termios.VTIME]) / 10
         return seconds if seconds >= SHORT_WAIT else None
+
+    def _short_timer(self, pid: int, syscall: str) -> float:
+        """Seconds until a timed wait (its ``syscall`` line) ends, if that is under :data:`SHORT_WAIT`; else 0."""
+        parts = syscall.split()
+        try:
+            name = _TIMED.get(int(parts[0]))
+            timeout = _timeout_of(self._files, pid, name, [int(a, 16) for a in parts[1:7]]) if name else None
+        except (OSError, ValueError, IndexError, struct.error):
+            return 0.0
+        if timeout is None:
+            return 0.0
+        clock, absolute, seconds = timeout
+        if absolute:
+            seconds -= time.monotonic() if clock == _CLOCK_MONOTONIC else time.time()
+        return seconds if 0 < seconds < SHORT_WAIT else 0.0
 
     def _waiting(self, seconds: float) -> bool:
         """Record a tty wait's timeout (the longest seen in this check wins) and report it."""

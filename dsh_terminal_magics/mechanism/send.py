@@ -73,6 +73,8 @@ _BUSY_SENDS: "set[SendOperation]" = set()
 FULL_CHECK_EVERY = 1.0
 #: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
 TIMED_WAIT_SETTLE = 1.5
+#: Added to a timer's due time before the wait is looked at again (see :meth:`SendOperation._timer_due_first`).
+TIMER_MARGIN = 0.002
 #: A full-screen program's timed wait on the terminal this short must be outlasted once, with no new output,
 #: before it counts (seconds; see :meth:`SendOperation._polls_often`).
 SHORT_POLL = 0.25
@@ -227,6 +229,8 @@ class SendOperation:
         self._cursor = session.scrollback.completed_lines + 1
         self._rewrites_seen = self._rewrites_at_start = session.scrollback.rewrites
         self._timed_wait: tuple[float, int] | None = None
+        #: Until when a timer due in the program holds the verdict back, and the output count it was seen at.
+        self._timer_wait: tuple[float, int] | None = None
         #: The program's output so far and what the check saw of it when its timed wait was first seen.
         self._timed_wait_seen: tuple[int, object] = (-1, None)
         self.fence = Fence()
@@ -546,6 +550,8 @@ class SendOperation:
         if timeout is None:
             self._timed_wait = None
             return False
+        if self._timer_due_first():
+            return False
         if timeout != math.inf:
             self.session.drain()  # (the cursor as the wait left it: its echo or prompt may still be unread)
         if timeout != math.inf and self._cursor_at_line_start():
@@ -576,6 +582,21 @@ class SendOperation:
             self._timed_wait_seen = (session.raw.total, sample)
             return False
         return now >= self._timed_wait[0]
+
+    def _timer_due_first(self) -> bool:
+        """Whether a thread of the program that ran since the write has a timer due within milliseconds (see
+        :attr:`ReadinessProbe.timer_due`) while nothing is drawn past the start of a line of the main screen:
+        the program is about to go on by itself - fzf reads the terminal at once and draws its list after a
+        10 ms timer, and the send ended with nothing drawn (3 of 60 times).  The wait is looked at again once
+        the timer is due; once per output seen (a ticking timer does not hold the send up)."""
+        session, probe = self.session, self.session.probe
+        now, written = time.monotonic(), session.scrollback.chars_written
+        if self._timer_wait is not None and self._timer_wait[1] == written:
+            return now < self._timer_wait[0]
+        if probe is None or probe.timer_due <= 0 or session.screen.full_screen or session.scrollback.cursor_column:
+            return False
+        self._timer_wait = (now + probe.timer_due + TIMER_MARGIN, written)
+        return True
 
     def _polls_often(self, timeout: float) -> bool:
         """Whether a full-screen program polls its terminal every few tenths of a second at most

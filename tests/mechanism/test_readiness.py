@@ -1294,3 +1294,26 @@ def test_a_cursor_key_is_taken_at_once_and_only_an_esc_key_is_waited_out(manager
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("esc\nmenu> "), r
     r = manager.sync.send(agent, shell, SendRequest("q", submit=False, timeout=20))
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
+
+
+#: A program that reads its terminal in a thread from the start and draws its prompt after a short timer in
+#: another (as fzf does: its key reader starts at once, its list is drawn after a 10 ms timer).
+READER_FIRST_DRAWER_AFTER = """\
+import os, sys, threading, time
+threading.Thread(target=lambda: print("got", os.read(0, 100).decode().strip(), flush=True)).start()
+time.sleep(0.03)
+print("pick> ", end="", flush=True)
+"""
+
+
+def test_a_timer_due_in_a_program_that_reads_is_waited_for_when_nothing_is_drawn(manager, agent, shell, tmp_path):
+    """A thread that ran since the write and waits on a timer due within milliseconds is the program about
+    to go on by itself: fzf --height reads the terminal at once and draws after a short timer, and 1 to 5 % of
+    its starts ended 'stdin_read' with nothing drawn (timers under 50 ms are otherwise housekeeping)."""
+    script = tmp_path / "drawer.py"
+    script.write_text(READER_FIRST_DRAWER_AFTER)
+    for _ in range(3):
+        r = send(manager, agent, shell, f"{sys.executable} {script}", timeout=20)
+        assert r.wait_reason == "stdin_read" and r.viewport.endswith("pick> "), r
+        r = send(manager, agent, shell, "x", timeout=20)
+        assert r.wait_reason == "stdin_read" and r.viewport.endswith("got x\n$ "), r
