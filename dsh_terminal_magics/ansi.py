@@ -432,7 +432,7 @@ def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
             elif mark == ERASE_RIGHT:
                 del cells[column:]
             elif mark == ERASE_LINE:
-                cells = [" "] * min(column, len(cells))
+                cells = [_ERASED] * min(column, len(cells))
             elif mark == DELETE_CHAR:
                 del cells[column:column + len(run)]
             elif mark == INSERT_CHAR:
@@ -452,9 +452,11 @@ def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
                 cells[column:end] = [colour + run[0], *run[1:]]
                 colour = ""
                 column = end
-    while len(cells) > column and cells[-1][-1:] == " ":  # blanks the cursor left behind it: erased
+    # Blanks the cursor left behind it, and what an erase of the line left at its end: no text, as on a screen
+    # (a menu that erased its lines, climbed back and printed above them left lines of spaces under the prompt).
+    while cells and (cells[-1] == _ERASED or (len(cells) > column and cells[-1][-1:] == " ")):
         cells.pop()
-    text = "".join(cells) + colour
+    text = "".join(cells).replace(_ERASED, " ") + colour
     return (text.replace(_WIDE_TAIL, "") if wide else text), column
 
 
@@ -464,6 +466,9 @@ _WIDE_TAIL = "\x01"
 
 
 _WITH_TAIL = "\\g<0>" + _WIDE_TAIL
+#: A cell an erase of the line (``CSI 2K``) blanked, while a line is played: a space within the text, nothing at
+#: its end.
+_ERASED = "\x02"
 
 
 #: C0/C1 controls other than TAB, LF, CR and BS (and the same sparing the marks).

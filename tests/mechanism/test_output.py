@@ -191,6 +191,19 @@ def test_lines_a_program_climbs_back_over_are_rewritten():
         ["narrow enough " + "\u5bbd" * 63, "last", ""]  # (13 columns: 6 wide characters and half the 7th)
 
 
+def test_an_erase_of_the_line_leaves_no_blanks_at_its_end():
+    """A menu (inquirer) erases its rows with ``CSI 2K`` from where its cursor stands, climbs back and prints
+    its answer over them: the row it erased last kept a line of spaces, and every result and read after it
+    ended in blank lines under the prompt.  Within a line, an erased cell is still a blank before what
+    follows it."""
+    erase = "\x1b[15G\x1b[2K" + "\x1b[1A\x1b[2K" * 4 + "\x1b[G"
+    chunks = ("? Toppings?\r\n ham\r\n cheese\r\n\r\nhelp line here", erase, "done\r\nRESULT\r\n$ ")
+    assert marked(*chunks) == ["done", "RESULT", "$ ", "", ""]
+    assert normalise(*(c.encode() for c in chunks)).text_since(1, 1000)[0] == "done\nRESULT\n$ "
+    assert marked("abcdef\x1b[2K") == [""] and marked("ab  \x1b[2Kcd") == ["    cd"]
+    assert marked("$ \x1b[4G") == ["$ "]  # (a space written is text; one moved over at the end is not)
+
+
 def test_erase_below_on_a_row_the_cursor_climbed_to_blanks_the_rows_under_it():
     """fzf --height draws its list under the command line, then as it leaves climbs back to its first row and
     erases below (``CSI J``): the list stayed in the history under the prompt ('> 42', '1/100 ---' after
