@@ -35,7 +35,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import InvalidArgumentError, TerminalError
 from ..vocabulary import WaitReason
@@ -73,6 +73,9 @@ _BUSY_SENDS: "set[SendOperation]" = set()
 FULL_CHECK_EVERY = 1.0
 #: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
 TIMED_WAIT_SETTLE = 1.5
+#: Longest a key event waits for the program to read the one before it (seconds; see
+#: :meth:`Session.start_send`): a program that does not read gets the rest then, as before.
+KEY_EVENT_WAIT = 0.25
 #: Added to a timer's due time before the wait is looked at again (see :meth:`SendOperation._timer_due_first`).
 TIMER_MARGIN = 0.002
 #: A full-screen program's timed wait on the terminal this short must be outlasted once, with no new output,
@@ -141,6 +144,23 @@ class SendRequest:
         if self.keys:
             data += encode_keys(list(self.keys), application_cursor)
         return data + enter if self.submit else data
+
+    def key_events(self, payload: bytes, application_cursor: bool = False) -> list[bytes]:
+        """``payload`` (from :meth:`payload`) cut where a person's typing would pause: the text, then each key,
+        then the Enter - each to be written once the program has read what came before (see
+        :meth:`Session.start_send`).  One piece when there is nothing to cut, or when the payload is not made
+        of those parts (a key that would stop the output was taken out of it)."""
+        events: list[bytes] = []
+        end = len(payload)
+        codes = [encode_keys([key], application_cursor) for key in self.keys]
+        if self.submit:
+            codes.append(payload[-1:])
+        for code in reversed(codes):
+            if not code or not payload.endswith(code, 0, end):
+                return [payload]
+            events.insert(0, code)
+            end -= len(code)
+        return ([payload[:end]] if end else []) + events
 
     def check_lines_fit_line_mode(self) -> None:
         """Raise when a line of the text is longer than a line-mode reader can take (the kernel would drop
@@ -296,8 +316,9 @@ class SendOperation:
         return text
 
     # -- the send, on the loop -----------------------------------------------------------
-    def start(self, fence: Fence, written: int) -> None:
-        """Write the rest of the payload (its first ``written`` bytes are in), then wait.
+    def start(self, fence: Fence, written: int, later: Sequence[bytes] = ()) -> None:
+        """Write the rest of the payload (its first ``written`` bytes are in; ``later``: its last pieces, each
+        written once the program has read what came before), then wait.
 
         ``fence`` was taken just before the first write; the session replaces it (:attr:`fence`) whenever
         it writes the program more input of its own (answers to terminal queries).  The wait is driven by
@@ -306,24 +327,36 @@ class SendOperation:
         """
         self.fence = fence
         session = self.session
-        rest = self.payload[written:]
-        if rest:
-            self.task = session.loop.create_task(self._write_rest(rest))
+        rest = self.payload[written:len(self.payload) - sum(map(len, later))]
+        if rest or later:
+            self.task = session.loop.create_task(self._write_rest([rest, *later]))
         else:
             self._begin_wait()
 
-    async def _write_rest(self, rest: bytes) -> None:
+    async def _write_rest(self, pieces: list[bytes]) -> None:
+        """Write ``pieces``: the first at once, each later one once the program has read the one before (or
+        after :data:`KEY_EVENT_WAIT`), behind a fresh fence."""
+        session = self.session
+        written = total = 0
         try:
-            written = await self.session.write_all(rest, self.deadline)
+            for index, piece in enumerate(pieces):
+                if index:
+                    await session.input_read(min(self.deadline, time.monotonic() + KEY_EVENT_WAIT))
+                    if session.probe is not None:
+                        self.fence = session.probe.fence()
+                total += len(piece)
+                written += await session.write_all(piece, self.deadline) if piece else 0
+                if written < total:
+                    break
         except BaseException as exc:  # the reservation must never leak
             self._fail(exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        if written == len(rest):
+        if written == sum(map(len, pieces)):
             self._begin_wait()
         else:  # (the program stopped reading: the rest is not written later, the result says how much)
-            self.unsent = len(rest) - written
+            self.unsent = sum(map(len, pieces)) - written
             self._complete("session_exit" if not self.session.running else "timeout")
 
     def _begin_wait(self) -> None:

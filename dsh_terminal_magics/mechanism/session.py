@@ -429,8 +429,9 @@ class Session:
         """Take the send reservation now and start writing and waiting; returns the operation."""
         self.check_can_send()
         payload, escape_sent = self._payload(request)  # may refuse bad input: before any change
+        events = self._key_events(request, payload)
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
-        written = self.write_now(payload[:4096]) if payload else 0  # the program starts on it at once
+        written = self.write_now(events[0][:4096]) if payload else 0  # the program starts on it at once
         if self.child is not None:
             self.child.restart_output()
         if payload:
@@ -438,8 +439,26 @@ class Session:
         op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
         self.reservation = holder
         self.operation = op
-        op.start(fence, written)
+        op.start(fence, written, events[1:])
         return op
+
+    def _key_events(self, request: SendRequest, payload: bytes) -> list[bytes]:
+        """The payload in the pieces it is written in: one, or - while a command the session started takes the
+        keys raw - the text, each key and the Enter, each once the program has read the one before, as typed
+        (see :meth:`SendRequest.key_events`).  A program that takes each read as one key event sees them apart:
+        Ink (React for the terminal) took ``hello`` and its Enter, read at once, for pasted text - the line
+        was never submitted, and the CR went into it.  The session's own shell or REPL reads keys
+        apart from its input however it arrives: its sends stay one write."""
+        probe = self.probe
+        if probe is None or not probe.available or self.foreground_pgid() in (0, self.pid) or probe.reads_lines():
+            return [payload]
+        return request.key_events(payload, self.screen.application_cursor)
+
+    async def input_read(self, until: float) -> None:
+        """Return once the program has read all the input written to it (or at ``until``)."""
+        probe = self.probe
+        while probe is not None and self.running and probe.unread_input() > 0 and time.monotonic() < until:
+            await asyncio.sleep(0.001)
 
     def _payload(self, request: SendRequest) -> tuple[bytes, bool]:
         """The bytes to write for ``request``, and whether the caller sent an ESC (the paste brackets are

@@ -54,3 +54,12 @@ def test_a_program_reads_the_keys_as_sent(tools, agent):
     (b"\x1b[B", False), (b"\x1bOB", False), (b"\x1b[1;5A\x1bOQ\x1b[15~", False), (b"echo hi\r", False)])
 def test_an_escape_key_is_an_esc_that_starts_no_whole_key_code(typed, holds):
     assert holds_an_escape_key(typed) is holds
+
+
+def test_key_events_cut_the_text_each_key_and_the_enter_apart():
+    from dsh_terminal_magics.mechanism import SendRequest
+
+    request = SendRequest("hi", keys=("Down", "C-c"))
+    assert request.key_events(request.payload()) == [b"hi", b"\x1b[B", b"\x03", b"\r"]
+    assert request.key_events(b"hi\x1b[B\r") == [b"hi\x1b[B\r"]  # (not made of those parts: one piece)
+    assert SendRequest("", keys=("Up",), submit=False).key_events(b"\x1b[A") == [b"\x1b[A"]

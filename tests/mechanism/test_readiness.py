@@ -1317,3 +1317,38 @@ def test_a_timer_due_in_a_program_that_reads_is_waited_for_when_nothing_is_drawn
         assert r.wait_reason == "stdin_read" and r.viewport.endswith("pick> "), r
         r = send(manager, agent, shell, "x", timeout=20)
         assert r.wait_reason == "stdin_read" and r.viewport.endswith("got x\n$ "), r
+
+
+#: A program that takes each read of the terminal as one key event (as Ink does).
+READ_AS_EVENTS = """\
+import os, sys, termios, tty
+saved = termios.tcgetattr(0)
+tty.setraw(0)
+try:
+    os.write(1, b"keys> ")
+    while True:
+        chunk = os.read(0, 100)
+        os.write(1, f"\\r\\nevent {chunk!r}\\r\\nkeys> ".encode())
+        if chunk == b"q":
+            break
+finally:
+    termios.tcsetattr(0, termios.TCSANOW, saved)
+"""
+
+
+def test_a_command_that_takes_the_keys_raw_gets_the_text_each_key_and_the_enter_apart(manager, agent, shell,
+                                                                                       tmp_path):
+    """Ink (React for the terminal: many agent CLIs) takes each read as one key event: ``hello`` and its Enter,
+    read at once, were pasted text - the line was never submitted and the CR went into it.  While a command
+    the session started takes the keys raw, the text, each key and the Enter are written each once the
+    program has read the one before, as typed; the session's own shell still gets one write."""
+    script = tmp_path / "events.py"
+    script.write_text(READ_AS_EVENTS)
+    r = send(manager, agent, shell, f"{sys.executable} {script}", timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("keys> "), r
+    r = send(manager, agent, shell, "hello", timeout=20)
+    assert r.wait_reason == "stdin_read" and "event b'hello'\n" in r.viewport and "event b'\\r'\n" in r.viewport, r
+    r = manager.sync.send(agent, shell, SendRequest("", keys=["Down", "Up"], submit=False, timeout=20))
+    assert "event b'\\x1b[B'\n" in r.viewport and "event b'\\x1b[A'\n" in r.viewport, r
+    r = send(manager, agent, shell, "q", submit=False, timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
