@@ -39,7 +39,7 @@ _EXIT_MARKER = re.compile(r"\x1b\]133;D(?:;(-?\d*))?(?:;(\d+))?(?:\x07|\x1b\\)")
 _EXIT_MARKER_BYTES = re.compile(_EXIT_MARKER.pattern.encode())
 #: A switch of the alternate screen, the cursor keys or bracketed paste, or a full reset (RIS, ``ESC c``: what
 #: ``reset`` sends), which puts the main screen and those modes back.
-_SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1|2004)([hl])|\x1b(c)")
+_SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1|2004|25)([hl])|\x1b(c)")
 _DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")
 
 #: Longest unfinished escape sequence carried to the next chunk before it is dropped.
@@ -67,6 +67,8 @@ class TerminalEvents:
     alternate_screen: bool | None = None
     application_cursor: bool | None = None
     bracketed_paste: bool | None = None
+    #: DECTCEM (``CSI ?25l``/``h``): True when the chunk hid the cursor last, False when it showed it.
+    cursor_hidden: bool | None = None
 
     def __bool__(self) -> bool:
         return bool(
@@ -77,6 +79,7 @@ class TerminalEvents:
             or self.alternate_screen is not None
             or self.application_cursor is not None
             or self.bracketed_paste is not None
+            or self.cursor_hidden is not None
         )
 
 
@@ -143,7 +146,7 @@ class OutputNormalizer:
         kept = []
         pos = 0
         for match in _SCREEN_MODE.finditer(text):
-            if match.group(1) in ("1", "2004"):
+            if match.group(1) in ("1", "2004", "25"):
                 continue
             if not self.alternate:
                 kept.append(text[pos:match.start()])
@@ -229,6 +232,9 @@ def _collect_events(text: str, events: TerminalEvents) -> None:
         for mode, flag, reset in _SCREEN_MODE.findall(text):
             if reset:
                 events.alternate_screen = events.application_cursor = events.bracketed_paste = False
+                events.cursor_hidden = False
+            elif mode == "25":
+                events.cursor_hidden = flag == "l"
             elif mode == "1":
                 events.application_cursor = flag == "h"
             elif mode == "2004":

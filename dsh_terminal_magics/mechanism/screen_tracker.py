@@ -58,6 +58,9 @@ class ScreenTracker:
         self.application_cursor = False
         #: Whether the program asked for pasted text to be bracketed (DEC mode 2004).
         self.bracketed_paste = False
+        #: Whether a program hid the cursor (DEC mode 25) since our shell was last at its prompt: it draws a
+        #: display of its own (Ink), and where the cursor stands says nothing of a prompt.
+        self.cursor_hidden = False
         #: The foreground process group drawing the main screen by cursor addressing, if any.
         self.drawing_group: int | None = None
 
@@ -129,6 +132,8 @@ class ScreenTracker:
             self.application_cursor = events.application_cursor
         if events.bracketed_paste is not None:
             self.bracketed_paste = events.bracketed_paste
+        if events.cursor_hidden is not None:
+            self.cursor_hidden = events.cursor_hidden
         return left
 
     def left_behind(self) -> None:

@@ -664,10 +664,12 @@ class SendOperation:
         the main screen: it shows no prompt.  node's REPL awaiting a promise polls, its timer as the
         timeout, right after the echo of the line it runs; at a prompt the cursor is past it (``> ``,
         IPython's ``In [2]: ``, a prompt_toolkit continuation line's indent).  A line-mode reader
-        (``read -t 5``) echoes nothing itself and prompts nothing: its timed wait stays a prompt."""
+        (``read -t 5``) echoes nothing itself and prompts nothing: its timed wait stays a prompt.  Nor does a
+        program that hid the cursor say anything by where it stands: Ink draws its input box and leaves the
+        hidden cursor under it (every send to an idle Ink app ended on the idle window)."""
         session = self.session
         return not session.screen.full_screen and session.scrollback.cursor_column == 0 \
-            and not session.reads_lines()
+            and not session.screen.cursor_hidden and not session.reads_lines()
 
     def _exit_code_now(self) -> int | None:
         """The exit code our shell reported during this send, while the shell still has the terminal: once it

@@ -314,6 +314,7 @@ class Session:
         if codes:
             self._typed_since_prompt = False
             self.screen.bracketed_paste = False  # our shell at its prompt (its line editor pastes nothing)
+            self.screen.cursor_hidden = False  # (what hid it has ended)
             self.last_exit_code = codes[-1]
             if op is not None:
                 op.exit_code = codes[-1]

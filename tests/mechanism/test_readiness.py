@@ -1352,3 +1352,35 @@ def test_a_command_that_takes_the_keys_raw_gets_the_text_each_key_and_the_enter_
     assert "event b'\\x1b[B'\n" in r.viewport and "event b'\\x1b[A'\n" in r.viewport, r
     r = send(manager, agent, shell, "q", submit=False, timeout=20)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
+
+
+#: An app that draws its input box under a hidden cursor and leaves the cursor on the line under it, polling
+#: the terminal with a timer pending (as an idle Ink app does).
+HIDDEN_CURSOR_BOX = """\
+import os, select, sys, termios, tty
+saved = termios.tcgetattr(0)
+tty.setraw(0)
+typed = b""
+try:
+    while typed != b"q":
+        os.write(1, b"\\x1b[?25l\\x1b[2K\\x1b[1A\\x1b[2K\\r> " + typed + b"\\r\\n")
+        if select.select([0], [], [], 5)[0]:
+            typed = os.read(0, 100).strip()
+finally:
+    os.write(1, b"\\x1b[?25h")
+    termios.tcsetattr(0, termios.TCSANOW, saved)
+"""
+
+
+def test_a_timed_wait_under_a_hidden_cursor_at_a_line_start_is_a_prompt(manager, agent, shell, tmp_path):
+    """A timed wait with the cursor at the start of a line is no prompt (node's REPL awaiting a promise), but
+    an app that hid the cursor draws its own display: Ink leaves the hidden cursor under its input box, and
+    every send to an idle Ink app ended on the idle window."""
+    script = tmp_path / "box.py"
+    script.write_text(HIDDEN_CURSOR_BOX)
+    r = send(manager, agent, shell, f"{sys.executable} {script}", idle=3, timeout=20)
+    assert r.wait_reason == "stdin_read" and "> " in r.viewport, r
+    r = send(manager, agent, shell, "abc", submit=False, idle=3, timeout=20)
+    assert r.wait_reason == "stdin_read" and "> abc" in r.viewport, r
+    r = send(manager, agent, shell, "q", submit=False, idle=3, timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
