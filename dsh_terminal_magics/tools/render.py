@@ -85,7 +85,8 @@ def unsent_note(unsent: int) -> str:
     """What to tell about input a send never wrote (the program stopped reading, and the wait ended)."""
     return (f"input cut: the last {unsent} bytes of the input were not written (the program did not read them "
             "before the wait ended); the part written waits in the terminal's input, its last line maybe cut "
-            "short - send keys C-u (or C-c) to discard a cut line before sending more")
+            "short - once the program has read the rest (a send with no text waits for that), send keys C-u to "
+            "discard a cut line (or C-c to drop what is left) before sending more")
 
 
 def job_meta(job_id: str, status: str, detail: str | None) -> list[str]:
