@@ -445,21 +445,24 @@ class Session:
 
     def _key_events(self, request: SendRequest, payload: bytes) -> list[bytes]:
         """The payload in the pieces it is written in: one, or - while a command the session started takes the
-        keys raw - the text, each key and the Enter, each once the program has read the one before, as typed
-        (see :meth:`SendRequest.key_events`).  A program that takes each read as one key event sees them apart:
-        Ink (React for the terminal) took ``hello`` and its Enter, read at once, for pasted text - the line
-        was never submitted, and the CR went into it.  The session's own shell or REPL reads keys
-        apart from its input however it arrives: its sends stay one write."""
+        keys raw and draws its own display under a hidden cursor - the text, each key and the Enter, each once
+        the program has read the one before, as typed (see :meth:`SendRequest.key_events`).  A program that
+        takes each read as one key event sees them apart: Ink (React for the terminal; it hides the cursor)
+        took ``hello`` and its Enter, read at once, for pasted text - the line was never submitted, and the CR
+        went into it.  Line editors (readline, prompt_toolkit, a REPL started from the shell) read keys apart
+        however they arrive, and show the cursor: their sends stay one write (each piece waits for a read)."""
         probe = self.probe
-        if probe is None or not probe.available or self.foreground_pgid() in (0, self.pid) or probe.reads_lines():
+        if probe is None or not probe.available or not self.screen.cursor_hidden \
+                or self.foreground_pgid() in (0, self.pid) or probe.reads_lines():
             return [payload]
         return request.key_events(payload, self.screen.application_cursor)
 
     async def input_read(self, until: float) -> None:
         """Return once the program has read all the input written to it (or at ``until``)."""
-        probe = self.probe
+        probe, turns = self.probe, 0
         while probe is not None and self.running and probe.unread_input() > 0 and time.monotonic() < until:
-            await asyncio.sleep(0.001)
+            turns += 1  # (a program waiting in a read takes it within a few turns of the loop; then every 1 ms)
+            await asyncio.sleep(0 if turns < 50 else 0.001)
 
     def _payload(self, request: SendRequest) -> tuple[bytes, bool]:
         """The bytes to write for ``request``, and whether the caller sent an ESC (the paste brackets are

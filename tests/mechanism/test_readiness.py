@@ -1319,12 +1319,14 @@ def test_a_timer_due_in_a_program_that_reads_is_waited_for_when_nothing_is_drawn
         assert r.wait_reason == "stdin_read" and r.viewport.endswith("got x\n$ "), r
 
 
-#: A program that takes each read of the terminal as one key event (as Ink does).
+#: A program that takes each read of the terminal as one key event and hides the cursor (as Ink does; with
+#: an argument it shows the cursor, as a line editor does).
 READ_AS_EVENTS = """\
 import os, sys, termios, tty
 saved = termios.tcgetattr(0)
 tty.setraw(0)
 try:
+    os.write(1, b"\\x1b[?25h" if sys.argv[1:] else b"\\x1b[?25l")
     os.write(1, b"keys> ")
     while True:
         chunk = os.read(0, 100)
@@ -1340,8 +1342,9 @@ def test_a_command_that_takes_the_keys_raw_gets_the_text_each_key_and_the_enter_
                                                                                        tmp_path):
     """Ink (React for the terminal: many agent CLIs) takes each read as one key event: ``hello`` and its Enter,
     read at once, were pasted text - the line was never submitted and the CR went into it.  While a command
-    the session started takes the keys raw, the text, each key and the Enter are written each once the
-    program has read the one before, as typed; the session's own shell still gets one write."""
+    the session started takes the keys raw under a hidden cursor, the text, each key and the Enter are written
+    each once the program has read the one before, as typed; the session's own shell, and a program that
+    shows the cursor (a REPL started from the shell: 0.5 ms a send, not 2), still get one write."""
     script = tmp_path / "events.py"
     script.write_text(READ_AS_EVENTS)
     r = send(manager, agent, shell, f"{sys.executable} {script}", timeout=20)
@@ -1352,6 +1355,11 @@ def test_a_command_that_takes_the_keys_raw_gets_the_text_each_key_and_the_enter_
     assert "event b'\\x1b[B'\n" in r.viewport and "event b'\\x1b[A'\n" in r.viewport, r
     r = send(manager, agent, shell, "q", submit=False, timeout=20)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
+    # A program that shows the cursor (a line editor, which reads keys apart however they come) gets one write.
+    send(manager, agent, shell, f"{sys.executable} {script} visible", timeout=20)
+    r = send(manager, agent, shell, "hello", timeout=20)
+    assert r.wait_reason == "stdin_read" and "event b'hello\\r'\n" in r.viewport, r
+    send(manager, agent, shell, "q", submit=False, timeout=20)
 
 
 #: An app that draws its input box under a hidden cursor and leaves the cursor on the line under it, polling
