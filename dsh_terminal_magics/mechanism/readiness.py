@@ -469,6 +469,20 @@ class ReadinessProbe:
         stat = self._stat(*self.running_thread)
         return stat is not None and stat.state in "RD"  # (a stopped one, T, is not: ^Z, SIGSTOP)
 
+    def waits_on_time_elsewhere(self) -> bool:
+        """Whether a thread the last check found waiting on something other than our terminal is in a timed
+        wait (a sleep, a futex or poll with a timeout): when it ends, the program may go on by itself (a
+        REPL's worker sleeping while its reader polls the terminal; a JVM's many timed threads)."""
+        for (pid, _), wait in self._other_waits.items():
+            parts = wait.split()
+            try:
+                name = _TIMED.get(int(parts[0]))
+                if name is not None and _timeout_of(self._files, pid, name, [int(a, 16) for a in parts[1:7]]):
+                    return True
+            except (OSError, ValueError, IndexError, struct.error):
+                continue  # (gone, or a line of another form: not a timed wait)
+        return False
+
     def sleep_ends(self, now: float) -> float | None:
         """When the first thread of the last check that is in a timed wait wakes up (``time.monotonic()``
         seconds), or None.

@@ -16,8 +16,9 @@ bytes for it and wakes it when output arrives.  Waiting is observed (see
   it outlasts its timeout (at most :data:`TIMED_WAIT_SETTLE`) with no new
   output - or, after an ESC, once the program ran, printed and waits again (it
   acted on the Esc).  A timed wait with the keys taken and the cursor at the
-  start of a line never counts (node awaiting a promise polls right after the
-  echo of its line; at a prompt the cursor is past it).
+  start of a line does not count (node awaiting a promise polls right after the
+  echo of its line; at a prompt the cursor is past it) until it comes back
+  after its timeout ran out with nothing printed: a loop of polls for keys.
 * **events, then a backed-off tick**: checks run right after output arrives (in
   the loop turn that reads it) and right after a process of the foreground
   group exits (a pidfd per member: ``sleep 0.2; cat`` is seen as soon as
@@ -251,6 +252,8 @@ class SendOperation:
         self._timed_wait: tuple[float, int] | None = None
         #: Until when a timer due in the program holds the verdict back, and the output count it was seen at.
         self._timer_wait: tuple[float, int] | None = None
+        #: A timed wait at a line start as first seen: when, the output count, its sample and its timeout.
+        self._line_start_wait: tuple[float, int, object, float] | None = None
         #: The program's output so far and what the check saw of it when its timed wait was first seen.
         self._timed_wait_seen: tuple[int, object] = (-1, None)
         self.fence = Fence()
@@ -588,10 +591,11 @@ class SendOperation:
         if timeout != math.inf:
             self.session.drain()  # (the cursor as the wait left it: its echo or prompt may still be unread)
         if timeout != math.inf and self._cursor_at_line_start():
-            # Still working (node awaiting a promise): the idle rule ends the wait.  Looked at every tick, as
-            # any timed wait (its answers to terminal queries are delivered at a look).
+            # Still working (node awaiting a promise): the idle rule ends the wait - unless it is a loop of polls
+            # for keys.  Looked at every tick, as any timed wait (its answers to terminal queries are delivered
+            # at a look).
             self._timed_wait = (math.inf, -1)
-            return False
+            return self._polls_for_keys(timeout)
         may_go_on = self.escape_sent or self._may_be_leaving() or self._polls_often(timeout)
         probe = self.session.probe
         relayed = probe is not None and (probe.through_relay or probe.kept_by_relay)
@@ -615,6 +619,24 @@ class SendOperation:
             self._timed_wait_seen = (session.raw.total, sample)
             return False
         return now >= self._timed_wait[0]
+
+    def _polls_for_keys(self, timeout: float) -> bool:
+        """Whether a timed wait at the start of a line (see :meth:`_cursor_at_line_start`) came back after its
+        timeout ran out, with nothing printed meanwhile and no other thread of it in a timed wait: the program
+        waits for keys in a loop of polls (blessed's ``inkey(timeout=0.5)``, a game's frame), it is not going on
+        by itself - node's timer, when it fires, prints the awaited result; JLine polls the terminal all along
+        while a snippet sleeps in another thread.  Every key to such a loop ended on the idle window.  The first sighting (its
+        time, the output count, the wait's sample and timeout) is kept until output arrives."""
+        session, probe = self.session, self.session.probe
+        now, total = time.monotonic(), session.raw.total
+        sample = probe.waiting_sample() if probe is not None else None
+        seen = self._line_start_wait
+        if seen is None or seen[1] != total:
+            self._line_start_wait = (now, total, sample, timeout)
+            return False
+        seen_at, _, seen_sample, seen_timeout = seen
+        return sample is not None and sample != seen_sample and now - seen_at >= seen_timeout \
+            and probe is not None and not probe.waits_on_time_elsewhere()
 
     def _timer_due_first(self) -> bool:
         """Whether a thread of the program that ran since the write has a timer due within milliseconds (see

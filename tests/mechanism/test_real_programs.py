@@ -32,6 +32,7 @@ def term(tmp_path):
         return r, time.monotonic() - started
 
     send.read = lambda: tools.call("terminal_read", {"sessionId": sid, "count": 200}, agent=agent).text
+    send.path = tmp_path
     yield send
     tools.shutdown()
 
@@ -457,6 +458,29 @@ def test_a_timed_poll_of_the_terminal_at_the_start_of_a_line_is_not_a_prompt(ter
     assert r.wait_reason == "stdin_read" and elapsed < PROMPT_WITHIN, (r.wait_reason, elapsed)
     r, _ = term("abc")
     assert "v=abc" in r.viewport, r.viewport[-300:]
+    shell_gets_the_next_command(term)
+
+
+def test_a_loop_of_timed_polls_for_keys_at_the_start_of_a_line_is_a_prompt_once_a_poll_comes_back(term):
+    """A program that takes the keys and polls for them in a loop, printing a line per key (blessed's
+    ``inkey(timeout=0.4)``), waits with the cursor at the start of a line as node does while it works: once a
+    poll ran out and came back with nothing printed, it is waiting for keys - every key ended on the idle
+    window (3 s)."""
+    code = ("import os, select, termios, tty; saved = termios.tcgetattr(0); tty.setcbreak(0); print('keys?')\n"
+            "while True:\n"
+            "    if not select.select([0], [], [], 0.4)[0]: continue\n"
+            "    key = os.read(0, 16); print('key', key.decode())\n"
+            "    if key == b'q': break\n"
+            "termios.tcsetattr(0, termios.TCSADRAIN, saved)")
+    (term.path / "keys.py").write_text(code)
+    r, elapsed = term("python3 keys.py")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("keys?\n"), (r.wait_reason, r.viewport[-300:])
+    for key in "ab":
+        r, elapsed = term(key, submit=False)
+        assert r.wait_reason == "stdin_read" and r.viewport.endswith(f"key {key}\n"), (r.wait_reason, r.viewport)
+        assert elapsed < PROMPT_WITHIN, elapsed
+    r, _ = term("q", submit=False)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r.viewport[-300:]
     shell_gets_the_next_command(term)
 
 
