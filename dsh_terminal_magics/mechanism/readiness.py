@@ -47,7 +47,7 @@ import termios
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 from .process_tree import HAVE_PROC, ProcFiles, ProcessStat, process_table, stat_of, stat_path
 
@@ -270,10 +270,15 @@ class ReadinessProbe:
     def reads_lines(self) -> bool:
         """True while the tty is in canonical mode: programs read whole lines, none has taken the keys
         (a full-screen program, a line editor at its prompt).  True when not known."""
+        modes = self._modes()
+        return modes is None or bool(modes[3] & termios.ICANON)
+
+    def _modes(self) -> list[Any] | None:
+        """The terminal's modes (``termios.tcgetattr``'s list), or None when they cannot be read."""
         try:
-            return bool(termios.tcgetattr(self.master_fd)[3] & termios.ICANON)
+            return termios.tcgetattr(self.master_fd)
         except (OSError, termios.error):
-            return True
+            return None
 
     def fence(self, accept_stale: bool = False) -> Fence:
         """Snapshot taken right before writing input.
@@ -568,15 +573,8 @@ class ReadinessProbe:
         seen = self._sleeps_seen.get((pid, tid))
         if seen is None or seen[0] != key:
             seen = self._sleeps_seen[(pid, tid)] = (key, now)
-        if not absolute:
-            end = seen[1] + seconds
-        elif clock == _CLOCK_MONOTONIC:
-            end = seconds
-        elif clock == _CLOCK_REALTIME:
-            end = now + (seconds - time.time())
-        else:
-            return None
-        return end if end > now and end - seen[1] >= MIN_WATCHED_SLEEP else None
+        end = _deadline(clock, seconds, now) if absolute else seen[1] + seconds
+        return end if end is not None and end > now and end - seen[1] >= MIN_WATCHED_SLEEP else None
 
     # -- internals ---------------------------------------------------------
     def members_seen(self, pgid: int) -> list[int]:
@@ -1064,11 +1062,8 @@ class ReadinessProbe:
         of a second with nothing: a reader that reads so over and over (JLine's, in ``jshell``, all along -
         also while a snippet runs) is in a timed wait, not at a prompt by that alone (see
         :meth:`SendOperation._settled`).  An inner terminal's modes (behind a relay) are not read: untimed."""
-        if self._relay_depth:
-            return math.inf
-        try:
-            attrs = termios.tcgetattr(self.master_fd)
-        except (OSError, termios.error):
+        attrs = self._modes() if not self._relay_depth else None
+        if attrs is None:
             return math.inf
         if attrs[3] & termios.ICANON or attrs[6][termios.VMIN] != 0:  # (VMIN, VTIME: ints in raw mode only)
             return math.inf
@@ -1087,7 +1082,9 @@ class ReadinessProbe:
             return 0.0
         clock, absolute, seconds = timeout
         if absolute:
-            seconds -= time.monotonic() if clock == _CLOCK_MONOTONIC else time.time()
+            now = time.monotonic()
+            end = _deadline(clock, seconds, now)
+            seconds = end - now if end is not None else 0.0
         return seconds if 0 < seconds < SHORT_WAIT else 0.0
 
     def _waiting(self, seconds: float) -> bool:
@@ -1320,6 +1317,16 @@ def _timeout_of(files: ProcFiles, pid: int, name: str, args: list[int]) -> tuple
         return None
     sec, frac = struct.unpack("qq", files.memory(pid, value, 16))
     return _CLOCK_MONOTONIC, False, sec + frac / (1e6 if kind == "tv" else 1e9)
+
+
+def _deadline(clock: int, seconds: float, now: float) -> float | None:
+    """An absolute wait's deadline ``seconds`` on ``clock`` as a ``time.monotonic()`` time (``now`` is that
+    clock's reading), or None for a clock other than the monotonic and realtime ones."""
+    if clock == _CLOCK_MONOTONIC:
+        return seconds
+    if clock == _CLOCK_REALTIME:
+        return now + (seconds - time.time())
+    return None
 
 
 def _timespec(files: ProcFiles, pid: int, address: int) -> float:
