@@ -15,6 +15,10 @@ shell session points ``PYTHONSTARTUP`` here too, for the ``python3`` an agent st
   pastes indented text (see ``SendRequest.wants_paste``) and the console gets it whole: it is compiled as
   a file would be and its statements run one by one as typed ones do (an expression's value is shown),
   stopping at the first exception.  Typed lines keep the REPL's rules.
+* At each of its prompts the REPL prints the marker the shell prints at its own (OSC 133;D, no status, a
+  key drawn here): the session knows its program is back at its prompt, and puts the main screen back if
+  a program left the alternate screen on (a curses program killed in ``os.system``: every later result was
+  a snapshot of that screen, and nothing more went into the line history).
 
 Importing this module does nothing.
 """
@@ -43,6 +47,7 @@ if __name__ == "__main__":
         import __future__
         import ast
         import code
+        import secrets
         import sys
 
         try:
@@ -52,11 +57,30 @@ if __name__ == "__main__":
         future_flags = 0
         for name in __future__.all_feature_names:
             future_flags |= getattr(__future__, name).compiler_flag
+        # (in a closure, not a global: code the REPL runs does not see it by accident)
+        marker = f"\x1b]133;D;;{secrets.randbits(62)}\x07"
+
+        def at_prompt() -> None:
+            """Print the marker, after what the code run before left unflushed."""
+            terminal = sys.__stdout__
+            for stream in (sys.stdout, terminal):
+                try:
+                    if stream is not None:
+                        stream.flush()
+                except (AttributeError, OSError, ValueError):
+                    pass
+            try:
+                if terminal is not None:
+                    terminal.write(marker)
+                    terminal.flush()
+            except (OSError, ValueError):  # (no terminal to write to: no marker)
+                pass
 
         class Console(code.InteractiveConsole):
             """The REPL, with blocks (text with line breaks in one input: a paste) run whole."""
 
             def raw_input(self, prompt: str = "") -> str:
+                at_prompt()
                 if readline is None:
                     return input(prompt)
                 readline.parse_and_bind("set enable-bracketed-paste on")

@@ -76,3 +76,23 @@ def test_the_python_session_leaves_no_zombies(manager, agent):
     r = manager.sync.send(agent, info.session_id, SendRequest("print(6*7)"))
     assert "42" in r.viewport.splitlines()
     manager.sync.close(agent, info.session_id)
+
+
+def test_the_python_session_is_back_on_the_main_screen_at_its_prompt(manager, agent):
+    """A program the REPL ran that left the alternate screen on (a curses program killed) left the terminal
+    there: every later result was a snapshot of that screen, and the line history stopped.  The REPL prints
+    the shell's keyed prompt marker: back at its prompt, the session is back on the main screen."""
+    info = manager.sync.open(agent, "python")
+    try:
+        r = manager.sync.send(agent, info.session_id, SendRequest(
+            "import os; os.system(\"printf '\\\\033[?1049h\\\\033[?25l'; echo drawn\")"))
+        assert r.wait_reason == "stdin_read", r
+        r = manager.sync.send(agent, info.session_id, SendRequest("print(6*7)"))
+        assert r.screen is None and r.viewport.splitlines() == [">>> print(6*7)", "42", ">>> "], r
+        assert "\x1b" not in r.viewport and r.exit_code is None, r
+        page = manager.sync.read(agent, info.session_id, 0, 3)
+        assert page.lines[-2:] == ["42", ">>> "], page
+        r = manager.sync.send(agent, info.session_id, SendRequest("print('\\x1b]133;D;0;1\\x07forged')"))
+        assert r.viewport.splitlines()[-2:] == ["forged", ">>> "] and r.exit_code is None, r
+    finally:
+        manager.sync.close(agent, info.session_id)
