@@ -654,15 +654,17 @@ class SendOperation:
         return True
 
     def _polls_often(self, timeout: float) -> bool:
-        """Whether a full-screen program polls its terminal every few tenths of a second at most
-        (:data:`SHORT_POLL`) in one thread while another, which ran since the write, does the work: it may still
-        be acting on the key.  Textual's input thread polls every 0.1 s and hands keys to the app; after the key
-        that quits, the app waits for that poll to end, then throws away input typed meanwhile as it leaves -
-        the send ended in that last poll, and the next command was lost.  One such poll outlasted costs little;
-        a long one (vim's, 4 s) would cost every key that much, and a program whose reader does the work
-        itself (emacs) has acted when it waits again."""
-        probe = self.session.probe
-        return timeout <= SHORT_POLL and self.session.screen.full_screen and probe is not None and probe.handed_on
+        """Whether a program that draws its own display (full-screen, or inline under a hidden cursor) polls its
+        terminal every few tenths of a second at most (:data:`SHORT_POLL`) in one thread while another, which ran
+        since the write, does the work: it may still be acting on the key.  Textual's input thread polls every
+        0.1 s and hands keys to the app; after the key that quits (or the Enter that submits an inline app), the
+        app waits for that poll to end, then throws away input typed meanwhile as it leaves - the send ended in
+        that last poll, and the next command was lost.  One such poll outlasted costs little; a long one (vim's,
+        4 s) would cost every key that much, and a program whose reader does the work itself (emacs) has acted
+        when it waits again."""
+        probe, screen = self.session.probe, self.session.screen
+        return timeout <= SHORT_POLL and (screen.full_screen or screen.cursor_hidden) and probe is not None \
+            and probe.handed_on
 
     def _may_be_leaving(self) -> bool:
         """Whether a program left the alternate screen during this send and may be shutting down still: not

@@ -223,13 +223,14 @@ def test_a_drawing_right_after_leaving_the_alternate_screen_is_a_screen(manager,
 
 #: A full-screen app as Textual runs one: an input thread polls the terminal every 0.2 s until told to stop;
 #: on 'q' the app stops it, waits for its last poll to end, throws away input typed meanwhile (``tcflush``)
-#: and leaves the alternate screen.
+#: and leaves the alternate screen (inline, under a hidden cursor: shows the cursor again).
 POLLING_APP = """\
 import os, queue, select, sys, termios, threading, tty
 fd = sys.stdin.fileno()
 saved = termios.tcgetattr(fd)
 tty.setraw(fd)
-os.write(1, b"\\x1b[?1049h\\x1b[H\\x1b[2Japp: press q")
+ENTER, LEAVE = (b"\\x1b[?1049h\\x1b[H\\x1b[2J", b"\\x1b[?1049l") if sys.argv[1] == "full" else (b"\\x1b[?25l", b"\\r\\n\\x1b[?25h")
+os.write(1, ENTER + b"app: press q")
 keys, stop = queue.Queue(), threading.Event()
 def poll_keys():
     while not stop.is_set():
@@ -242,18 +243,20 @@ while b"q" not in keys.get():
 stop.set()
 reader.join()
 termios.tcflush(fd, termios.TCIFLUSH)
-os.write(1, b"\\x1b[?1049l")
+os.write(1, LEAVE)
 termios.tcsetattr(fd, termios.TCSANOW, saved)
 """
 
 
-def test_the_key_that_quits_a_polling_app_waits_for_it_to_leave(manager, agent, shell, tmp_path):
-    """A full-screen program that polls its terminal every few tenths of a second may still be acting on the
-    key: after Textual's quit key the send ended in its input thread's last poll, and the next command, typed
-    while the app waited for that poll, was thrown away as it left.  Such a poll is outlasted once."""
+@pytest.mark.parametrize("where", ["full", "inline"])
+def test_the_key_that_quits_a_polling_app_waits_for_it_to_leave(manager, agent, shell, tmp_path, where):
+    """A program drawing its own display (full-screen, or inline under a hidden cursor) that polls its terminal
+    every few tenths of a second may still be acting on the key: after Textual's quit key (or the Enter that
+    submits an inline app) the send ended in its input thread's last poll, and the next command, typed while
+    the app waited for that poll, was thrown away as it left.  Such a poll is outlasted once."""
     script = tmp_path / "app.py"
     script.write_text(POLLING_APP)
-    r = send(manager, agent, shell, f"{sys.executable} {script}", timeout=20)
+    r = send(manager, agent, shell, f"{sys.executable} {script} {where}", timeout=20)
     assert r.wait_reason == "stdin_read" and "app: press q" in r.viewport, r
     r = send(manager, agent, shell, "q", submit=False, timeout=20)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ ") and r.exit_code == 0, r
