@@ -200,8 +200,9 @@ def _column_after(fill: str) -> int:
     return column
 
 
-def render_line(raw: str) -> str:
-    """How a terminal leaves one line; SGR sequences count as zero-width.
+def render_line(raw: str, wrap: int = 0) -> str:
+    """How a terminal leaves one line; SGR sequences count as zero-width (``wrap``: the terminal's columns,
+    where its rows wrap; 0: not known).
 
     A trailing CR (the CR of CRLF) is dropped.  A line of text and CRs only
     keeps the text after its last CR (a progress bar keeps its last state, with
@@ -211,7 +212,7 @@ def render_line(raw: str) -> str:
     blanks left at or after where it ends are dropped (``"\\b \\b"`` erases).
     """
     if plays_on_cursor(raw):
-        return _play_line(raw)[0]
+        return _play_line(raw, wrap=wrap)[0]
     if "\r" in raw:
         head, _, last = raw.rstrip("\r").rpartition("\r")
         raw = "".join(m.group() for m in SGR.finditer(head)) + last if "\x1b" in head else last
@@ -393,25 +394,30 @@ def budgeted_pieces(text: str, rows: RowCursor) -> Iterator[str]:
         yield piece
 
 
-def compact_line(raw: str, width: int = sys.maxsize) -> str:
+def compact_line(raw: str, width: int = sys.maxsize, wrap: int = 0) -> str:
     """A shorter raw line that renders the same (its first ``width`` cells) and leaves the cursor in the
     same column."""
-    text, column = _play_line(raw, width)
+    text, column = _play_line(raw, width, wrap)
     return text + to_column(column)
 
 
-def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
+def _play_line(raw: str, width: int = sys.maxsize, wrap: int = 0) -> tuple[str, int]:
     """Play one raw line on a cursor: its text (colours kept before the cells they coloured; ``width`` cells
-    at most) and the column the cursor ends in.
+    at most) and the column the cursor ends in.  ``wrap``: the terminal's columns (0: not known).
 
     Played a run at a time (text, motion or edit), not a character at a time: a row's raw text holds up to
     :data:`MAX_MOTION` motion marks per move, and output is untrusted (see :class:`RowCursor`).  The cursor
     moves by cells, as a line editor's does: a wide character (CJK, emoji) takes two, the second
     :data:`_WIDE_TAIL`, and writing over half of one blanks the other half, as on a terminal (readline's
-    Backspace over a CJK character, taken as one cell, left ``ech世界世界`` for ``echo 你世界``)."""
+    Backspace over a CJK character, taken as one cell, left ``ech世界世界`` for ``echo 你世界``).
+
+    An erase to the end of the row with the cursor past a row's last column (it waits there to wrap) erases
+    that last cell, as xterm does; where a wide character follows, the cell is the gap the row's end left
+    it (readline pads it with a space, then erases it: the line read ``中文 中文`` for ``中文中文``)."""
     cells: list[str] = []
     column = 0
     colour = ""
+    gapped = False
     raw = raw.rstrip("\r")
     wide = not raw.isascii() and _WIDE.search(raw) is not None
     if wide:
@@ -431,6 +437,9 @@ def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
                 column = min(column + len(run), MAX_MOTION)  # (no further right than any screen row)
             elif mark == ERASE_RIGHT:
                 del cells[column:]
+                if wrap and column and column % wrap == 0 and column == len(cells) and cells[-1][-1:] != _WIDE_TAIL:
+                    cells[-1] = cells[-1][:-1] + _ROW_END_GAP  # (the cell the cursor waits on to wrap; colour kept)
+                    gapped = True
             elif mark == ERASE_LINE:
                 cells = [_ERASED] * min(column, len(cells))
             elif mark == DELETE_CHAR:
@@ -456,8 +465,16 @@ def _play_line(raw: str, width: int = sys.maxsize) -> tuple[str, int]:
     # (a menu that erased its lines, climbed back and printed above them left lines of spaces under the prompt).
     while cells and (cells[-1] == _ERASED or (len(cells) > column and cells[-1][-1:] == " ")):
         cells.pop()
+    if gapped:
+        cells = [cell[:-1] + _gap(cells, index) if cell.endswith(_ROW_END_GAP) else cell
+                 for index, cell in enumerate(cells)]
     text = "".join(cells).replace(_ERASED, " ") + colour
     return (text.replace(_WIDE_TAIL, "") if wide else text), column
+
+
+def _gap(cells: list[str], index: int) -> str:
+    """An erased cell at a row's end: no text before a wide character (the gap it left), else a blank."""
+    return "" if index + 2 < len(cells) and cells[index + 2] == _WIDE_TAIL else " "
 
 
 #: The second cell of a wide character while a line is played: a control the text never holds (the normaliser
@@ -469,6 +486,8 @@ _WITH_TAIL = "\\g<0>" + _WIDE_TAIL
 #: A cell an erase of the line (``CSI 2K``) blanked, while a line is played: a space within the text, nothing at
 #: its end.
 _ERASED = "\x02"
+#: The last cell of a row, erased while the cursor waited past it to wrap (see :func:`_play_line`).
+_ROW_END_GAP = "\x03"
 
 
 #: C0/C1 controls other than TAB, LF, CR and BS (and the same sparing the marks).

@@ -382,7 +382,7 @@ class ScrollbackBuffer:
         self._extend(lines)
 
     def _finish(self, raw: str) -> str:
-        line = render_line(raw[: 4 * self.max_line_chars])  # (a longer line is cut anyway: bound the playing)
+        line = render_line(raw[: 4 * self.max_line_chars], self.columns)  # (a longer line is cut anyway)
         if len(line) > self.max_line_chars:
             line = line[: self.max_line_chars] + self.LINE_CUT_MARKER
         return line
@@ -395,7 +395,7 @@ class ScrollbackBuffer:
             raw = raw[: self.max_line_chars]
             self._partial_cut = True
         if played and len(raw) > COMPACT_MARKED_PARTIAL:
-            raw = compact_line(raw)
+            raw = compact_line(raw, wrap=self.columns)
         self._partial = raw
 
     def _extend(self, new: list[str]) -> None:
@@ -453,7 +453,7 @@ class ScrollbackBuffer:
     @property
     def partial_line(self) -> str:
         """The unfinished last line, rendered."""
-        line = render_line(self._partial)
+        line = render_line(self._partial, self.columns)
         return line + self.LINE_CUT_MARKER if self._partial_cut else line
 
     @property

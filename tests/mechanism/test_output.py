@@ -132,6 +132,20 @@ def test_a_line_editors_cursor_motion_is_played_not_stripped():
     assert marked("> 6*7\r\n42\r\n> ", "\x1b[1G\x1b[0J> 6*7\x1b[6G") == ["> 6*7", "42", "> 6*7"]
 
 
+def test_the_gap_a_wide_character_leaves_at_a_rows_end_is_no_text():
+    """A wide character that does not fit in a row's last column goes to the next row.  readline (captured from
+    bash, 160 columns) pads that column with a space and erases it while the cursor waits there to wrap; the
+    line read ``中文 中文``.  An erase there blanks the row's last cell, as xterm does: before a narrow
+    character the blank stays."""
+    sb = ScrollbackBuffer()
+    sb.columns = 10
+    n = OutputNormalizer()
+    for chunk in ("$ 中文中a \x1b[K文中\r\n", "12345678X\x1b[K\x1b[0mab\r\n", "123456789Y\x1b[Kab\r\n$ "):
+        sb.append(n.feed(chunk.encode())[0])
+    assert list(sb.iter_lines(1, sb.completed_lines)) == ["$ 中文中a文中", "12345678Xab", "123456789 ab"]
+    assert sb.partial_line == "$ "
+
+
 def test_a_line_editor_moves_over_wide_characters_by_columns():
     """A CJK character or an emoji takes two columns, and a line editor moves, deletes and redraws by columns:
     readline's Backspace over '好' in 'echo 你好世界' (captured from bash) left 'ech世界世界', each character

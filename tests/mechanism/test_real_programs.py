@@ -767,3 +767,13 @@ def test_a_shell_that_stopped_itself_is_continued_by_the_next_send(term):
     prompt(r, t, "woke-42")
     r, _ = term("kill -STOP $$", idle=1, timeout=5)
     shell_gets_the_next_command(term)
+
+
+def test_a_command_of_wide_characters_wrapping_the_row_reads_as_typed(term):
+    """readline fills the column a wide character does not fit in with a space and erases it (xterm blanks
+    that cell): the command's echo read ``中文 中文`` at each row's end - the model saw a space the command
+    does not hold.  (An odd-width prompt, ``$ echo ``, puts a wide character astride every even-width row's
+    end.)"""
+    text = "中文" * 90
+    r, _ = term(f"echo {text}")
+    assert r.viewport.splitlines() == [f"$ echo {text}", text, "$ "], r.viewport
