@@ -317,6 +317,17 @@ class ReadinessProbe:
                            **{key: stat for key, stat in fence.schedstat.items() if key[0] not in members}}
         return moved
 
+    @staticmethod
+    def cpu_seconds(sample: object) -> float:
+        """The CPU time the threads of a :meth:`waiting_sample` had used when it was taken (seconds)."""
+        if not isinstance(sample, tuple):
+            return 0.0
+        total = 0
+        for stat in sample[1].values():
+            run = stat.split(maxsplit=1)[:1] if isinstance(stat, bytes) else []
+            total += int(run[0]) if run and run[0].isdigit() else 0
+        return total / 1e9
+
     def waiting_sample(self) -> object:
         """What the last "waiting" verdict saw of the group (its threads' scheduler stats): equal for two
         verdicts only if no thread it looked at ran between them."""

@@ -47,6 +47,12 @@ from .screen import ScreenSnapshot
 if TYPE_CHECKING:
     from .session import Session
 
+#: Most CPU (a share of the time) a program's threads use between two timed polls of the terminal at a line
+#: start for the polls to be a loop waiting for keys, not work that looks for a key between its steps.
+POLL_LOOP_CPU = 0.05
+#: How many of its timeouts such a poll must be seen to last, with nothing printed, to be a loop: node's timer
+#: prints the awaited result as it fires - within one, with a margin.
+POLLS_SEEN = 2
 #: Readiness re-checks right after output arrives, one per loop turn.
 SPIN_CHECKS = 4
 #: First and largest gap between readiness checks while nothing happens (seconds).
@@ -622,21 +628,25 @@ class SendOperation:
 
     def _polls_for_keys(self, timeout: float) -> bool:
         """Whether a timed wait at the start of a line (see :meth:`_cursor_at_line_start`) came back after its
-        timeout ran out, with nothing printed meanwhile and no other thread of it in a timed wait: the program
-        waits for keys in a loop of polls (blessed's ``inkey(timeout=0.5)``, a game's frame), it is not going on
-        by itself - node's timer, when it fires, prints the awaited result; JLine polls the terminal all along
-        while a snippet sleeps in another thread.  Every key to such a loop ended on the idle window.  The first sighting (its
+        timeout ran out (:data:`POLLS_SEEN` times over), with nothing printed meanwhile, little CPU used (:data:`POLL_LOOP_CPU`) and no other
+        thread of it in a timed wait: the program waits for keys in a loop of polls (blessed's
+        ``inkey(timeout=0.5)``), it is not going on by itself - node's timer, when it fires, prints the awaited
+        result; JLine polls the terminal all along while a snippet sleeps in another thread; a "press q to stop"
+        loop works between its polls.  Every key to such a loop ended on the idle window.  The first sighting (its
         time, the output count, the wait's sample and timeout) is kept until output arrives."""
         session, probe = self.session, self.session.probe
+        if probe is None:
+            return False
         now, total = time.monotonic(), session.raw.total
-        sample = probe.waiting_sample() if probe is not None else None
+        sample = probe.waiting_sample()
         seen = self._line_start_wait
         if seen is None or seen[1] != total:
             self._line_start_wait = (now, total, sample, timeout)
             return False
         seen_at, _, seen_sample, seen_timeout = seen
-        return sample is not None and sample != seen_sample and now - seen_at >= seen_timeout \
-            and probe is not None and not probe.waits_on_time_elsewhere()
+        worked = probe.cpu_seconds(sample) - probe.cpu_seconds(seen_sample)
+        return sample is not None and sample != seen_sample and now - seen_at >= POLLS_SEEN * seen_timeout \
+            and worked <= POLL_LOOP_CPU * (now - seen_at) and not probe.waits_on_time_elsewhere()
 
     def _timer_due_first(self) -> bool:
         """Whether a thread of the program that ran since the write has a timer due within milliseconds (see

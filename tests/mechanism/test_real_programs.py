@@ -463,12 +463,12 @@ def test_a_timed_poll_of_the_terminal_at_the_start_of_a_line_is_not_a_prompt(ter
 
 def test_a_loop_of_timed_polls_for_keys_at_the_start_of_a_line_is_a_prompt_once_a_poll_comes_back(term):
     """A program that takes the keys and polls for them in a loop, printing a line per key (blessed's
-    ``inkey(timeout=0.4)``), waits with the cursor at the start of a line as node does while it works: once a
-    poll ran out and came back with nothing printed, it is waiting for keys - every key ended on the idle
-    window (3 s)."""
+    ``inkey(timeout=0.3)``), waits with the cursor at the start of a line as node does while it works: once its
+    polls ran out and came back twice over with nothing printed and little CPU used, it is waiting for keys -
+    every key ended on the idle window (3 s)."""
     code = ("import os, select, termios, tty; saved = termios.tcgetattr(0); tty.setcbreak(0); print('keys?')\n"
             "while True:\n"
-            "    if not select.select([0], [], [], 0.4)[0]: continue\n"
+            "    if not select.select([0], [], [], 0.3)[0]: continue\n"
             "    key = os.read(0, 16); print('key', key.decode())\n"
             "    if key == b'q': break\n"
             "termios.tcsetattr(0, termios.TCSADRAIN, saved)")
@@ -481,6 +481,22 @@ def test_a_loop_of_timed_polls_for_keys_at_the_start_of_a_line_is_a_prompt_once_
         assert elapsed < PROMPT_WITHIN, elapsed
     r, _ = term("q", submit=False)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r.viewport[-300:]
+    shell_gets_the_next_command(term)
+
+
+def test_a_program_that_works_between_timed_polls_for_keys_is_not_at_a_prompt(term):
+    """A program that works and, between steps, looks for a key (a "press q to stop" loop) comes back to its
+    timed poll after its timeout too - but it used the CPU meanwhile: it is still working, not waiting."""
+    code = ("import select, termios, time, tty; saved = termios.tcgetattr(0); tty.setcbreak(0); print('working')\n"
+            "for step in range(12):\n"
+            "    end = time.monotonic() + 0.15\n"
+            "    while time.monotonic() < end: pass\n"
+            "    select.select([0], [], [], 0.1)\n"
+            "termios.tcsetattr(0, termios.TCSADRAIN, saved); print('done'); input('next> ')")
+    (term.path / "steps.py").write_text(code)
+    r, _ = term("python3 steps.py", idle=10, timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("done\nnext> "), (r.wait_reason, r.viewport[-300:])
+    r, _ = term("x")
     shell_gets_the_next_command(term)
 
 
