@@ -410,6 +410,8 @@ class ReadinessProbe:
         members = self.group_members(pgid)
         self._last_sample = (pgid, {})
         state = self._group_state(members, fence) if members else None
+        if state != "tty" and self.leader_pid not in members:
+            self.program_stopped = self.program_stopped or self._program_stopped_by_another(members)
         self._group_idle = state == "idle"
         if state == "idle":
             state = self._outside_reader(members, fence)
@@ -426,6 +428,17 @@ class ReadinessProbe:
             self._ready_sample = self._last_sample
             return self._timeout
         return None
+
+    def _program_stopped_by_another(self, members: list[int]) -> bool:
+        """Whether the session's program (our shell) is stopped while nothing of the terminal's foreground group
+        is left but zombies the stopped shell cannot reap: a command that stopped its parent shell and ended
+        (``kill(getppid(), SIGSTOP)``) left the session with nobody to read its terminal, for good - a shell that
+        stops itself (``kill -STOP $$``) is woken alike."""
+        leader = self._stat(self.leader_pid)
+        if leader is None or leader.gone or leader.state != "T":
+            return False
+        stats = [self._stat(pid) for pid in members]
+        return all(stat is None or stat.gone for stat in stats)
 
     def _members_unchanged(self, members: list[int]) -> bool:
         """Whether the group's members still have the threads and children this check listed before it

@@ -786,6 +786,17 @@ def test_a_shell_that_stopped_itself_is_continued_by_the_next_send(term):
     shell_gets_the_next_command(term)
 
 
+def test_a_shell_stopped_by_the_command_it_ran_is_continued(term):
+    """A command that stops its parent shell and ends leaves the terminal to its own group, where only its
+    zombie is left (the stopped shell cannot reap it): nobody read the terminal again, and every later send
+    ended on the idle window with the session stuck until closed.  The shell is continued, as when it stops
+    itself."""
+    r, t = term("python3 -c \"import os, signal; os.kill(os.getppid(), signal.SIGSTOP); print('stopped')\"",
+                idle=5, timeout=10)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("stopped\n$ "), (r.wait_reason, r.viewport)
+    shell_gets_the_next_command(term)
+
+
 def test_a_command_of_wide_characters_wrapping_the_row_reads_as_typed(term):
     """readline fills the column a wide character does not fit in with a space and erases it (xterm blanks
     that cell): the command's echo read ``中文 中文`` at each row's end - the model saw a space the command
