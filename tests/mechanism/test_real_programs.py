@@ -204,8 +204,10 @@ def test_output_after_top_is_kept(term):
 def test_ctrl_c_under_gdb_returns_at_gdbs_prompt(term):
     """^C stops gdb's program in a read; it shows the read in its syscall file while stopped by the tracer,
     until gdb takes the terminal back and prompts.  The send ends at gdb's prompt, three times over."""
-    r, t = term("gdb -q -nx -iex 'set debuginfod enabled off' -ex 'set startup-with-shell off' --args cat")
-    # (observed, not the idle window; gdb's own start took 1.7 s in a loaded run: its time is not asserted)
+    r, t = term("gdb -q -nx -iex 'set debuginfod enabled off' -ex 'set startup-with-shell off' --args cat",
+                idle=30, timeout=60)
+    # (observed, not the idle window; gdb's own start took 1.7 s in a loaded run, and printed nothing for the
+    # default 3 s in one CI run: its time is not asserted, and it gets a long idle window)
     assert r.wait_reason == "stdin_read" and "(gdb) " in r.viewport, (r.wait_reason, r.viewport[-300:])
     r, t = term("run")
     assert r.wait_reason == "stdin_read" and "Starting program" in r.viewport, r.viewport[-300:]
