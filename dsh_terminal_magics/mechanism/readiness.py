@@ -502,15 +502,7 @@ class ReadinessProbe:
         """Whether a thread the last check found waiting on something other than our terminal is in a timed
         wait (a sleep, a futex or poll with a timeout): when it ends, the program may go on by itself (a
         REPL's worker sleeping while its reader polls the terminal; a JVM's many timed threads)."""
-        for (pid, _), wait in self._other_waits.items():
-            parts = wait.split()
-            try:
-                name = _TIMED.get(int(parts[0]))
-                if name is not None and _timeout_of(self._files, pid, name, [int(a, 16) for a in parts[1:7]]):
-                    return True
-            except (OSError, ValueError, IndexError, struct.error):
-                continue  # (gone, or a line of another form: not a timed wait)
-        return False
+        return any(self._timeout_of_call(pid, _timed_call(wait)) for (pid, _), wait in self._other_waits.items())
 
     def sleep_ends(self, now: float) -> float | None:
         """When the first thread of the last check that is in a timed wait wakes up (``time.monotonic()``
@@ -577,15 +569,10 @@ class ReadinessProbe:
 
     def _sleep_end(self, pid: int, tid: int, line: str, now: float, ran: bytes | None,
                    pauses_only: bool = False) -> float | None:
-        parts = line.split()
-        try:
-            name = _TIMED.get(int(parts[0]))
-            args = [int(a, 16) for a in parts[1:7]]
-            if pauses_only and not _pauses(name, args):
-                return None
-            timeout = _timeout_of(self._files, pid, name, args) if name is not None else None
-        except (OSError, ValueError, IndexError, struct.error):
-            timeout = None
+        call = _timed_call(line)
+        if pauses_only and (call is None or not _pauses(*call)):
+            return None
+        timeout = self._timeout_of_call(pid, call)
         if timeout is None:
             self._sleeps_seen.pop((pid, tid), None)
             return None
@@ -1096,12 +1083,7 @@ class ReadinessProbe:
 
     def _short_timer(self, pid: int, syscall: str) -> float:
         """Seconds until a timed wait (its ``syscall`` line) ends, if that is under :data:`SHORT_WAIT`; else 0."""
-        parts = syscall.split()
-        try:
-            name = _TIMED.get(int(parts[0]))
-            timeout = _timeout_of(self._files, pid, name, [int(a, 16) for a in parts[1:7]]) if name else None
-        except (OSError, ValueError, IndexError, struct.error):
-            return 0.0
+        timeout = self._timeout_of_call(pid, _timed_call(syscall))
         if timeout is None:
             return 0.0
         clock, absolute, seconds = timeout
@@ -1110,6 +1092,14 @@ class ReadinessProbe:
             end = _deadline(clock, seconds, now)
             seconds = end - now if end is not None else 0.0
         return seconds if 0 < seconds < SHORT_WAIT else 0.0
+
+    def _timeout_of_call(self, pid: int, call: tuple[str, list[int]] | None) -> tuple[int, bool, float] | None:
+        """:func:`_timeout_of` for ``pid``'s timed wait ``call`` (see :func:`_timed_call`), or None: no call, no
+        timeout, or its arguments could not be read (the process gone)."""
+        try:
+            return _timeout_of(self._files, pid, *call) if call is not None else None
+        except (OSError, ValueError, IndexError, struct.error):
+            return None
 
     def _waiting(self, seconds: float) -> bool:
         """Record a tty wait's timeout (the longest seen in this check wins) and report it."""
@@ -1308,6 +1298,17 @@ def _pts_index(rdev: int) -> int | None:
     """The pts number of a device number, or None when it is not a pts."""
     major = os.major(rdev)
     return (major - 136) * 256 + os.minor(rdev) if rdev and major in _PTS_MAJORS else None
+
+
+def _timed_call(line: str | None) -> tuple[str, list[int]] | None:
+    """The syscall name and arguments of a thread's ``syscall`` line when it is one that can wait with a timeout
+    (:data:`_TIMED`), or None (another syscall, or a line of another form: running, gone, ``"stopped"``)."""
+    parts = line.split() if line else []
+    try:
+        name = _TIMED.get(int(parts[0]))
+        return (name, [int(a, 16) for a in parts[1:7]]) if name is not None else None
+    except (ValueError, IndexError):
+        return None
 
 
 def _pauses(name: str | None, args: list[int]) -> bool:
