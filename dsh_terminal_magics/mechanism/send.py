@@ -347,6 +347,7 @@ class SendOperation:
         after :data:`KEY_EVENT_WAIT`), behind a fresh fence."""
         session = self.session
         written = total = 0
+        size = sum(map(len, pieces))
         try:
             for index, piece in enumerate(pieces):
                 if index:
@@ -362,10 +363,10 @@ class SendOperation:
             if not isinstance(exc, Exception):
                 raise
             return
-        if written == sum(map(len, pieces)):
+        if written == size:
             self._begin_wait()
         else:  # (the program stopped reading: the rest is not written later, the result says how much)
-            self.unsent = sum(map(len, pieces)) - written
+            self.unsent = size - written
             self._complete("session_exit" if not self.session.running else "timeout")
 
     def _begin_wait(self) -> None:
@@ -628,12 +629,13 @@ class SendOperation:
 
     def _polls_for_keys(self, timeout: float) -> bool:
         """Whether a timed wait at the start of a line (see :meth:`_cursor_at_line_start`) came back after its
-        timeout ran out (:data:`POLLS_SEEN` times over), with nothing printed meanwhile, little CPU used (:data:`POLL_LOOP_CPU`) and no other
-        thread of it in a timed wait: the program waits for keys in a loop of polls (blessed's
-        ``inkey(timeout=0.5)``), it is not going on by itself - node's timer, when it fires, prints the awaited
-        result; JLine polls the terminal all along while a snippet sleeps in another thread; a "press q to stop"
-        loop works between its polls.  Every key to such a loop ended on the idle window.  The first sighting (its
-        time, the output count, the wait's sample and timeout) is kept until output arrives."""
+        timeout ran out (:data:`POLLS_SEEN` times over), with nothing printed meanwhile, little CPU used
+        (:data:`POLL_LOOP_CPU`) and no other thread of it in a timed wait: the program waits for keys in a loop of
+        polls (blessed's ``inkey(timeout=0.5)``), it is not going on by itself - node's timer, when it fires,
+        prints the awaited result; JLine polls the terminal all along while a snippet sleeps in another thread;
+        a "press q to stop" loop works between its polls.  Every key to such a loop ended on the idle window.
+        The first sighting (its time, the output count, the wait's sample and timeout) is kept until output
+        arrives."""
         session, probe = self.session, self.session.probe
         if probe is None:
             return False

@@ -229,7 +229,8 @@ import os, queue, select, sys, termios, threading, tty
 fd = sys.stdin.fileno()
 saved = termios.tcgetattr(fd)
 tty.setraw(fd)
-ENTER, LEAVE = (b"\\x1b[?1049h\\x1b[H\\x1b[2J", b"\\x1b[?1049l") if sys.argv[1] == "full" else (b"\\x1b[?25l", b"\\r\\n\\x1b[?25h")
+FULL = (b"\\x1b[?1049h\\x1b[H\\x1b[2J", b"\\x1b[?1049l")
+ENTER, LEAVE = FULL if sys.argv[1] == "full" else (b"\\x1b[?25l", b"\\r\\n\\x1b[?25h")
 os.write(1, ENTER + b"app: press q")
 keys, stop = queue.Queue(), threading.Event()
 def poll_keys():
