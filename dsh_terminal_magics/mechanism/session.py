@@ -102,6 +102,9 @@ class Session:
         #: no marker tells (a REPL: its answers are always delivered).
         self._typed_since_prompt = True
         self.last_wait_reason: str | None = None
+        #: The raw output count when the last send ended: its sender was shown the output up to there (a result,
+        #: a job's output), so a viewer following up picks up after it.
+        self.last_send_end = 0
         self.last_output = 0.0
         #: How many times the session has answered a terminal query.
         self.replies_written = 0
@@ -494,6 +497,7 @@ class Session:
         if self.operation is op:
             self.operation = None
             self.reservation = None
+        self.last_send_end = self.raw.total
         if result is not None:
             self.last_wait_reason = result.wait_reason
         if self.held_answers:

@@ -199,11 +199,14 @@ class TerminalTools:
     def _streaming_send(self, a: SendArgsForeground, agent: Agent, on_output: Callable[[str], None],
                         show_prompt: bool) -> ForegroundSendResult:
         request = send_request(a, self.max_result_bytes)
-        resume = self._streamed.get(a.session_id)
+        streamed_to = self._streamed.get(a.session_id)
 
         def begin() -> Any:
+            # Output after the last cell's stream ended leads this one, unless a send since showed it to its
+            # sender (a tool call's result, a background job's output).
             session = self.manager.session(agent, a.session_id)
             offset = session.raw.total
+            resume = None if streamed_to is None else max(streamed_to, session.last_send_end)
             unseen = resume is not None and resume < offset
             prompt = session.scrollback.partial_line if show_prompt and not unseen else ""
             op = self.manager.begin_send(agent, a.session_id, request, "a foreground send (streaming)")

@@ -136,6 +136,43 @@ def test_background_jobs(ip, capsys):
     assert ip.run_line_magic("term_send", "echo ok").exit_code == 0
 
 
+def test_the_next_cell_shows_what_came_after_the_last_one_ended_once(ip, magics, capsys):
+    """Output that arrived while no cell was sending (a send that timed out, and its program went on) leads the
+    next cell's output, once."""
+    from tests.conftest import wait_for
+    sid = ip.run_line_magic("term_open", "").session_id
+    assert ip.run_line_magic("term_send", "--timeout 0.3 --idle 10 sleep 0.5; echo late-$((6*7))").wait_reason \
+        == "timeout"
+    wait_for(lambda: "late-42" in magics.tools.call("terminal_read", {"sessionId": sid}, agent=magics.owner).text)
+    capsys.readouterr()
+    ip.run_line_magic("term_send", "echo next")
+    out = capsys.readouterr().out
+    assert out.count("late-42") == 1 and out.index("late-42") < out.index("echo next")
+    ip.run_line_magic("term_send", "echo again")
+    assert "late-42" not in capsys.readouterr().out
+
+
+def test_what_a_job_or_a_tool_call_returned_is_not_shown_again_by_the_next_cell(ip, magics, capsys):
+    """A background job's output (read with %job_output, or watched in its viewport) and a tool call's result
+    were shown where they were asked for: the next cell's output starts at its own command.  Both came again
+    at the top of the next %term_send's output."""
+    sid = ip.run_line_magic("term_open", "").session_id
+    ip.run_line_magic("term_send", "echo first")
+    ip.run_line_magic("term_send", "--bg sleep 0.3; echo job-$((6*7))")
+    for _ in range(200):
+        if ip.run_line_magic("job_output", "--wait").status != "running":
+            break
+    assert "job-42" in capsys.readouterr().out
+    ip.run_line_magic("term_send", "echo next")
+    out = capsys.readouterr().out
+    assert "job-42" not in out and "echo next" in out
+    tool = magics.tools.call("terminal_send", {"sessionId": sid, "text": "echo tool-$((6*7))"}, agent=magics.owner)
+    assert "tool-42" in tool.viewport
+    ip.run_line_magic("term_send", "echo last")
+    out = capsys.readouterr().out
+    assert "tool-42" not in out and "echo last" in out
+
+
 def test_agent_option_uses_the_object(ip):
     ip.user_ns["bot"] = Agent("bot")
     ip.user_ns["not_an_agent"] = "bot"
