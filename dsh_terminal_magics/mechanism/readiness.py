@@ -61,6 +61,8 @@ _SYSCALLS = {
                 441: "epoll_pwait2"},
 }.get(platform.machine(), {})
 
+#: Receives from a socket (``recvfrom``, ``recvmsg``, ``recvmmsg``): reads of what another process sends.
+_RECEIVES = {"x86_64": {45, 47, 299}, "aarch64": {207, 212, 243}}.get(platform.machine(), set())
 #: Waits for a child process to end: a member in one runs a command (see :meth:`ReadinessProbe._runs_a_command`).
 _CHILD_WAITS = {"x86_64": {61, 247}, "aarch64": {260, 95}}.get(platform.machine(), set())
 _POLLIN = 0x1
@@ -115,13 +117,18 @@ MAX_OUTSIDE_READERS = 8
 #: Most bytes of a ``/proc/PID/net`` socket table read (about 1700 sockets): a socket past them is not known
 #: to be connected over the network.
 MAX_SOCKET_TABLE = 256 * 1024
-#: Netlink socket diagnostics: the protocol, the request, what a Unix socket's answer is to show, its peer.
-_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY, _UDIAG_SHOW_PEER, _UNIX_DIAG_PEER = 4, 20, 4, 2
+#: Netlink socket diagnostics: the protocol, the request, what a Unix socket's answer is to show (its peer, its
+#: queues), and the attributes that hold them.
+_NETLINK_SOCK_DIAG, _SOCK_DIAG_BY_FAMILY, _UDIAG_SHOW_PEER, _UDIAG_SHOW_RQLEN = 4, 20, 4, 0x10
+_UNIX_DIAG_PEER, _UNIX_DIAG_RQLEN = 2, 4
 #: Socket states in those tables: connected; still connecting (looked up again at the next wait).
 _CONNECTED = b"01"
 _CONNECTING = (b"02", b"03")
 #: A socket's other end is not in the group looked at.
 _AWAY = -1
+#: A Unix socket's other end is held by a helper the waiting process started outside the group (see
+#: :meth:`ReadinessProbe._helper_idle`).
+_HELPER = -2
 #: The device numbers of Unix98 pty slaves: majors 136-143.
 _PTS_MAJORS = range(136, 144)
 
@@ -203,6 +210,8 @@ class ReadinessProbe:
         #: process of the group looked at, :data:`_AWAY` (another host, or a process outside), or None.
         self._sockets: list[int] = []
         self._peers: dict[int, int | None] = {}
+        #: For sockets to a :data:`_HELPER`: the helper's pid and the inode of its end.
+        self._helpers: dict[int, tuple[int, int]] = {}
         #: The processes of the group being looked at (the foreground group, or one behind a relay).
         self._looked_at: list[int] = []
         self._relayed: list[int] = []
@@ -424,6 +433,9 @@ class ReadinessProbe:
                 return self._check(pgid, fence, count_from_leader=False)
             self._last_sample = (pgid, {})  # (changed again: the next look is a full check)
             return None
+        if not self._others_still_asleep():
+            self._last_sample = (pgid, {})
+            return None
         if self._unread_now() == 0:  # (input in transit was handed over as the check began; only we write)
             self._ready_sample = self._last_sample
             return self._timeout
@@ -439,6 +451,20 @@ class ReadinessProbe:
             return False
         stats = [self._stat(pid) for pid in members]
         return all(stat is None or stat.gone for stat in stats)
+
+    def _others_still_asleep(self) -> bool:
+        """Whether the threads this check found waiting on something else still wait as they were seen.  They
+        were looked at one by one, before the reader: the reader may have woken one since, handing it what it
+        just read (a worker taking the line from a queue) - it is runnable, or has run, and works on our input
+        (the send ended as the line's echo came back, before the work's output and prompt)."""
+        sample = self._last_sample[1] if self._last_sample is not None else {}
+        for pid, tid in self._other_waits:
+            if self._schedstat(pid, tid) != sample.get((pid, tid)):
+                return False
+            stat = self._stat(pid, tid)
+            if stat is not None and not stat.gone and stat.state in "RD":
+                return False
+        return True
 
     def _members_unchanged(self, members: list[int]) -> bool:
         """Whether the group's members still have the threads and children this check listed before it
@@ -503,6 +529,15 @@ class ReadinessProbe:
         wait (a sleep, a futex or poll with a timeout): when it ends, the program may go on by itself (a
         REPL's worker sleeping while its reader polls the terminal; a JVM's many timed threads)."""
         return any(self._timeout_of_call(pid, _timed_call(wait)) for (pid, _), wait in self._other_waits.items())
+
+    def reader_works_on_time(self) -> bool:
+        """Whether a process the last check found reading our terminal has another thread in a timed wait: a
+        reader that takes the keys all along, while its other thread runs what it was given (a sleep) - see
+        :meth:`SendOperation._keys_read_while_timed_work`.  Other processes of the group do not count (a
+        background job's ``sleep``)."""
+        readers = set(self.tty_readers)
+        return any(pid in readers and self._timeout_of_call(pid, _timed_call(wait))
+                   for (pid, _), wait in self._other_waits.items())
 
     def sleep_ends(self, now: float) -> float | None:
         """When the first thread of the last check that is in a timed wait wakes up (``time.monotonic()``
@@ -864,10 +899,58 @@ class ReadinessProbe:
         wake-up pair, in IPython's wait at its prompt, is a pair of sockets in one process).  What a socket
         is, is remembered (in :attr:`_peers`), but for one still connecting."""
         known = self._peers
-        unknown = [inode for inode in sockets if inode not in known]
+        members = self._looked_at
+        # (a member holding the other end may have left the group since: a helper's setsid after its fork)
+        unknown = [inode for inode in sockets if inode not in known or (known[inode] or 0) > 0
+                   and known[inode] not in members]
         if unknown:
             self._learn_peers(pid, unknown)
-        return any(known.get(inode) == _AWAY for inode in sockets)
+        return any(known.get(inode) == _AWAY or (known.get(inode) == _HELPER and not self._helper_idle(inode))
+                   for inode in sockets)
+
+    def _helper_idle(self, inode: int) -> bool:
+        """Whether the helper at the other end of Unix socket ``inode`` has nothing of ours to work on: no byte
+        unread at either end, and the helper and everything it started wait for input only, untimed (see
+        :meth:`_at_rest_outside`).  A program may talk to a helper of its own that left the group (the Erlang
+        VM's ``erl_child_setup``, in a session of its own, runs its ports); our input reaches the helper only
+        through the program, so while the helper sleeps with its queue empty the program's wait is its own
+        prompt - and while a command it passed on runs there (``os:cmd("sleep 5")``), it is not."""
+        helper, end = self._helpers[inode]
+        return _unix_unread(inode) == 0 and _unix_unread(end) == 0 and self._at_rest_outside(helper)
+
+    def _at_rest_outside(self, root: int) -> bool:
+        """Whether ``root``, outside the group, and its descendants (at most :data:`MAX_RELAY_PROCESSES`) are each
+        asleep in an untimed wait for input (``read``, or ``poll``/``select``/``epoll``/a futex with no
+        timeout) or for their children; zombies count as at rest."""
+        queue, looked = [root], 0
+        while queue:
+            pid = queue.pop()
+            looked += 1
+            if looked > MAX_RELAY_PROCESSES:
+                return False
+            for tid in self._threads(pid)[:MAX_THREADS_LOOKED]:
+                stat = self._stat(pid, tid)
+                if stat is None or stat.gone:
+                    continue
+                wait = self._text(f"/proc/{pid}/task/{tid}/syscall") if stat.state == "S" else None
+                number = self._syscall_number(wait)
+                if wait is None or number is None:
+                    return False
+                if number not in _CHILD_WAITS and not self._waits_for_input(pid, number, wait):
+                    return False
+            queue.extend(self._children(pid))
+        return True
+
+    def _descendant_holding(self, pid: int, link: str) -> int | None:
+        """A descendant of ``pid`` (at most :data:`MAX_RELAY_PROCESSES` looked at) holding ``link`` open."""
+        queue, looked = self._children(pid), 0
+        while queue and looked < MAX_RELAY_PROCESSES:
+            child = queue.pop(0)
+            looked += 1
+            if link in _fd_links(child, MAX_FDS_LOOKED):
+                return child
+            queue.extend(self._children(child))
+        return None
 
     def _serves_a_member(self, pid: int, sockets: list[int]) -> bool:
         """Whether one of ``pid``'s ``sockets`` is connected to another process of the group looked at (known
@@ -882,6 +965,7 @@ class ReadinessProbe:
         held: dict[str, int] | None = None
         if len(known) > MAX_FDS_LOOKED:
             known.clear()
+            self._helpers.clear()
         for inode in inodes:
             if inode in by_inode:
                 state, (protocol, local, remote) = by_inode[inode]
@@ -899,7 +983,12 @@ class ReadinessProbe:
             if held is None:  # (read once for all the sockets learnt here)
                 held = self._held_by_members()
             holder = held.get(f"socket:[{peer}]")
-            known[inode] = _AWAY if holder is None else holder
+            helper = self._descendant_holding(pid, f"socket:[{peer}]") \
+                if holder is None and inode not in by_inode else None
+            if helper is not None:
+                known[inode], self._helpers[inode] = _HELPER, (helper, peer)
+            else:
+                known[inode] = _AWAY if holder is None else holder
 
     def _held_by_members(self) -> dict[str, int]:
         """What the processes of the group looked at hold open (their ``/proc/PID/fd`` links), each with the
@@ -957,7 +1046,7 @@ class ReadinessProbe:
     def _waits_for_input(self, pid: int, number: int | None, wait: str) -> bool:
         """Whether a thread in ``wait`` (its syscall line) waits for data from another process, untimed."""
         name = _SYSCALLS.get(number) or _TIMED.get(number) if number is not None else None
-        if name in ("read", "readv"):
+        if name in ("read", "readv") or number in _RECEIVES:
             return True
         if name is None or name in ("nanosleep", "clock_nanosleep"):
             return False
@@ -1246,9 +1335,21 @@ def _node(path: str) -> tuple[int, int] | None:
 
 
 def _unix_peer(inode: int) -> int | None:
-    """The inode of the other end of Unix socket ``inode`` (in this process's network namespace), asked of
-    the kernel's socket diagnostics over netlink; None when it is no connected Unix socket there."""
-    request = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, inode & 0xFFFFFFFF, _UDIAG_SHOW_PEER,
+    """The inode of the other end of Unix socket ``inode`` (in this process's network namespace); None when it
+    is no connected Unix socket there."""
+    value = _unix_diag(inode, _UDIAG_SHOW_PEER, _UNIX_DIAG_PEER)
+    return value or None
+
+
+def _unix_unread(inode: int) -> int | None:
+    """Bytes waiting to be read at Unix socket ``inode``'s end (None when it cannot be asked)."""
+    return _unix_diag(inode, _UDIAG_SHOW_RQLEN, _UNIX_DIAG_RQLEN)
+
+
+def _unix_diag(inode: int, show: int, wanted: int) -> int | None:
+    """The first 32-bit field of attribute ``wanted`` in the kernel's socket diagnostics of Unix socket
+    ``inode`` (asked over netlink, with ``show``), or None."""
+    request = struct.pack("=BBHIIIII", socket.AF_UNIX, 0, 0, 0xFFFFFFFF, inode & 0xFFFFFFFF, show,
                           0xFFFFFFFF, 0xFFFFFFFF)
     try:
         with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_SOCK_DIAG) as diag:
@@ -1259,8 +1360,8 @@ def _unix_peer(inode: int) -> int | None:
         offset = 32  # (the netlink header, then unix_diag_msg; its attributes follow)
         while kind == _SOCK_DIAG_BY_FAMILY and offset + 8 <= min(length, len(answer)):
             size, attribute = struct.unpack_from("=HH", answer, offset)
-            if attribute == _UNIX_DIAG_PEER:
-                return int(struct.unpack_from("=I", answer, offset + 4)[0]) or None
+            if attribute == wanted:
+                return int(struct.unpack_from("=I", answer, offset + 4)[0])
             if size < 4:
                 break
             offset += (size + 3) & ~3

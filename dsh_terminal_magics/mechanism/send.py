@@ -603,6 +603,9 @@ class SendOperation:
             # at a look).
             self._timed_wait = (math.inf, -1)
             return self._polls_for_keys(timeout)
+        if timeout == math.inf and self._keys_read_while_timed_work():
+            self._timed_wait = (math.inf, -1)  # (looked at every tick: the sleeper's waking is no event)
+            return False
         may_go_on = self.escape_sent or self._may_be_leaving() or self._polls_often(timeout)
         probe = self.session.probe
         relayed = probe is not None and (probe.through_relay or probe.kept_by_relay)
@@ -649,6 +652,18 @@ class SendOperation:
         worked = probe.cpu_seconds(sample) - probe.cpu_seconds(seen_sample)
         return sample is not None and sample != seen_sample and now - seen_at >= POLLS_SEEN * seen_timeout \
             and worked <= POLL_LOOP_CPU * (now - seen_at) and not probe.waits_on_time_elsewhere()
+
+    def _keys_read_while_timed_work(self) -> bool:
+        """Whether the program reads keys at the start of a line (see :meth:`_cursor_at_line_start`) while another
+        thread of the reading process is in a timed wait: a reader that takes the keys all along, as the Erlang
+        VM's does, waits on the terminal while what it was given runs (``timer:sleep(1000)``), and prints no
+        prompt until that ends.  (A prompt is printed before its read, so the cursor is past it; a silent line-mode read -
+        ``input()``, ``read`` - is no keyboard reader.)"""
+        probe = self.session.probe
+        if probe is None or probe.through_relay or not probe.reader_works_on_time():
+            return False  # (behind a relay, our terminal's modes are the relay's, not its command's)
+        self.session.drain()  # (the cursor as the reader left it: the echo of Enter may still be unread)
+        return self._cursor_at_line_start()
 
     def _timer_due_first(self) -> bool:
         """Whether a thread of the program that ran since the write has a timer due within milliseconds (see

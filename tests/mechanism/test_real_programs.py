@@ -503,6 +503,90 @@ def test_a_program_that_works_between_timed_polls_for_keys_is_not_at_a_prompt(te
     shell_gets_the_next_command(term)
 
 
+HELPER_PROGRAM = """\
+import os, select, socket, subprocess, sys
+ours, theirs = socket.socketpair()
+if os.fork() == 0:  # the helper: a session of its own, as the Erlang VM's erl_child_setup
+    os.setsid()
+    ours.close()
+    while True:
+        line = theirs.recv(1024).decode().strip()
+        if not line:
+            os._exit(0)
+        subprocess.run(line, shell=True)
+        theirs.sendall(b"ran " + line.encode() + b"\\n")
+theirs.close()
+while True:
+    sys.stdout.write("cmd> ")
+    sys.stdout.flush()
+    while not select.select([0, ours], [], [])[0].count(0):
+        pass
+    line = sys.stdin.readline().strip()
+    if line == "quit":
+        break
+    if line.startswith("run "):
+        ours.sendall(line[4:].encode() + b"\\n")
+        select.select([0, ours], [], [])  # (the reply is on its way; our terminal is watched all along)
+        print(ours.recv(1024).decode().strip())
+    else:
+        print("echo", line)
+"""
+
+
+def test_a_program_talking_to_a_helper_of_its_own_outside_the_group_is_at_its_prompt(term):
+    """A program may wait on the terminal and on a socket to a helper it started, which left the group
+    (``setsid``): the Erlang VM and its ``erl_child_setup``.  Such a socket was taken for one passing our input
+    to another host (``ssh``), and every send ended on the idle window; the program is at its prompt while the
+    helper sleeps with nothing to do - and not while a command it handed the helper runs there."""
+    (term.path / "helper.py").write_text(HELPER_PROGRAM)
+    r, elapsed = term("python3 helper.py")
+    prompt(r, elapsed, "cmd> ")
+    r, elapsed = term("hello")
+    prompt(r, elapsed, "echo hello\ncmd> ")
+    r, elapsed = term("run sleep 1.2; echo slept")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("slept\nran sleep 1.2; echo slept\ncmd> "), \
+        (r.wait_reason, r.viewport[-300:])
+    assert elapsed >= 1.2
+    r, _ = term("quit")
+    shell_gets_the_next_command(term)
+
+
+def test_a_keyboard_reader_is_not_at_a_prompt_while_another_thread_works_on_a_timer(term):
+    """A program whose reader thread takes the keys all along (the Erlang shell's) waits on the terminal while
+    its other thread runs what it was given - here a sleep (``timer:sleep(1000)``) - with the cursor at the
+    start of the line after the echo: that is no prompt, its output and prompt come when the sleep ends.  The
+    send ended at once, before them."""
+    code = ("import os, queue, select, sys, termios, threading, time, tty\n"
+            "saved = termios.tcgetattr(0); tty.setcbreak(0); lines = queue.Queue()\n"
+            "def listen():\n"
+            "    typed = b''\n"
+            "    while True:\n"
+            "        select.select([0], [], [])\n"
+            "        key = os.read(0, 1)\n"
+            "        if key in (b'\\r', b'\\n'):\n"
+            "            os.write(1, b'\\n'); lines.put(typed.decode()); typed = b''\n"
+            "        else:\n"
+            "            os.write(1, key); typed += key\n"
+            "threading.Thread(target=listen, daemon=True).start()\n"
+            "while True:\n"
+            "    os.write(1, b'eval> ')\n"
+            "    line = lines.get()\n"
+            "    if line == 'quit': break\n"
+            "    if line.startswith('nap'): time.sleep(1.2)\n"
+            "    os.write(1, f'value of {line}\\n'.encode())\n"
+            "termios.tcsetattr(0, termios.TCSADRAIN, saved)")
+    (term.path / "keys.py").write_text(code)
+    r, elapsed = term("python3 keys.py")
+    prompt(r, elapsed, "eval> ")
+    r, elapsed = term("one")
+    prompt(r, elapsed, "value of one\neval> ")
+    r, elapsed = term("nap")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("value of nap\neval> "), \
+        (r.wait_reason, r.viewport[-300:])
+    r, _ = term("quit")
+    shell_gets_the_next_command(term)
+
+
 def test_a_line_editor_polling_on_its_continuation_line_is_at_a_prompt(term):
     """prompt_toolkit's multi-line prompt polls its terminal on the next line after Enter, the cursor
     indented under the text (no continuation prompt is drawn, only the indent): that is a prompt."""
