@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ERASE_BELOW, ESCAPE as _ESCAPE, MAX_ROWS, ROW_DOWN, \
     ROW_UP, UNFINISHED as _UNFINISHED, RowCursor, compact_line, cursor_column, has_marks, has_row_marks, \
-    line_motion_marks, plays_on_cursor, render_line, budgeted_pieces, without_marks
+    line_motion_marks, plays_on_cursor, render_line, budgeted_pieces, to_column, without_marks
 
 log = logging.getLogger(__name__)
 
@@ -297,6 +297,11 @@ class ScrollbackBuffer:
         """Text that moves the cursor up and down rows: what lands on an upper row rewrites that line."""
         rows = self._rows
         for piece in budgeted_pieces(text.replace("\r\n", "\n"), rows):
+            if piece[0] == ROW_DOWN and not rows.up and self._partial:
+                # Down from the last line, with text on it: to new lines, at the same column, as on the screen
+                # when rows are left below (reline, after Enter: it asked the terminal where its cursor is).
+                self._append_lines("\n" * len(piece) + to_column(cursor_column(self._partial)))
+                continue
             if piece[0] in ROW_UP + ROW_DOWN:
                 if rows.stays(self._lines, piece):
                     continue

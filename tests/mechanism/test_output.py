@@ -205,6 +205,20 @@ def test_lines_a_program_climbs_back_over_are_rewritten():
         ["narrow enough " + "\u5bbd" * 63, "last", ""]  # (13 columns: 6 wide characters and half the 7th)
 
 
+def test_a_move_down_from_the_last_line_goes_to_a_new_line():
+    """Ruby's reline (irb) ends an input line by moving the cursor down a row (``CSI B``, it asked the terminal
+    where the cursor is and rows are left below) and erasing it, not by a newline.  The move was dropped on
+    the last line, and the erase blanked the command: the result of ``x = gets`` was empty, and each result's
+    first line (its command) was missing.  A move down from an empty last line changes nothing."""
+    enter = "\x1b[1G\x1b[1B\x1b[1G\x1b[K\x1b[1G"
+    typed = "\x1b[1Girb(main):001:0> x = gets\x1b[K\x1b[1G\x1b[26G"
+    assert marked(typed, typed + enter) == ["irb(main):001:0> x = gets", ""]
+    assert marked(typed, enter, "bob\r\n=> 2\r\n\x1b[1Girb(main):002:0> ") == \
+        ["irb(main):001:0> x = gets", "bob", "=> 2", "irb(main):002:0> "]
+    assert marked("ab\x1b[2Bc") == ["ab", "", "  c"]  # (the column kept)
+    assert marked("done\r\n", "\x1b[B\x1b[3Bnext") == ["done", "next"]
+
+
 def test_an_erase_of_the_line_leaves_no_blanks_at_its_end():
     """A menu (inquirer) erases its rows with ``CSI 2K`` from where its cursor stands, climbs back and prints
     its answer over them: the row it erased last kept a line of spaces, and every result and read after it
