@@ -98,6 +98,9 @@ MAX_THREADS_LOOKED = 256
 #: it reads: a shell with 1000 background jobs, or a job of 1000 processes, made every check a walk of them
 #: (44% of a core).  A group whose walk stops there is not looked into either.
 MAX_WALK_LOOKS = 1024
+#: Most threads looked at, in all, to tell whether a helper a program talks to (and what the helper started) is
+#: at rest (see :meth:`ReadinessProbe._helper_idle`): one look per check while the program waits.
+MAX_HELPER_LOOKS = 64
 #: Most descriptors of one wait looked at (``select``'s lowest, ``poll``'s and ``epoll``'s first): each is a
 #: ``readlink``, and a program polling 10,000 pipes made each check 90 ms of the loop.  A terminal is nearly
 #: always among the lowest descriptors.
@@ -919,16 +922,17 @@ class ReadinessProbe:
         return _unix_unread(inode) == 0 and _unix_unread(end) == 0 and self._at_rest_outside(helper)
 
     def _at_rest_outside(self, root: int) -> bool:
-        """Whether ``root``, outside the group, and its descendants (at most :data:`MAX_RELAY_PROCESSES`) are each
-        asleep in an untimed wait for input (``read``, or ``poll``/``select``/``epoll``/a futex with no
-        timeout) or for their children; zombies count as at rest."""
-        queue, looked = [root], 0
+        """Whether ``root``, outside the group, and its descendants are each asleep in an untimed wait for input
+        (``read``, or ``poll``/``select``/``epoll``/a futex with no timeout) or for their children; zombies count
+        as at rest.  What they run is untrusted: past :data:`MAX_HELPER_LOOKS` threads, they are not."""
+        queue, looks = [root], MAX_HELPER_LOOKS
         while queue:
             pid = queue.pop()
-            looked += 1
-            if looked > MAX_RELAY_PROCESSES:
+            threads = self._threads(pid)
+            looks -= len(threads) + 1
+            if looks < 0:
                 return False
-            for tid in self._threads(pid)[:MAX_THREADS_LOOKED]:
+            for tid in threads:
                 stat = self._stat(pid, tid)
                 if stat is None or stat.gone:
                     continue
@@ -942,12 +946,17 @@ class ReadinessProbe:
         return True
 
     def _descendant_holding(self, pid: int, link: str) -> int | None:
-        """A descendant of ``pid`` (at most :data:`MAX_RELAY_PROCESSES` looked at) holding ``link`` open."""
-        queue, looked = self._children(pid), 0
-        while queue and looked < MAX_RELAY_PROCESSES:
+        """A descendant of ``pid`` holding ``link`` open (its descendants' descriptors looked at: at most
+        :data:`MAX_FDS_LOOKED` in all)."""
+        queue, looks = self._children(pid), MAX_FDS_LOOKED
+        while queue and looks > 0:
             child = queue.pop(0)
-            looked += 1
-            if link in _fd_links(child, MAX_FDS_LOOKED):
+            try:
+                fds = os.listdir(f"/proc/{child}/fd")[:looks]
+            except OSError:
+                fds = []
+            looks -= len(fds) + 1
+            if any(_readlink(f"/proc/{child}/fd/{fd}") == link for fd in fds):
                 return child
             queue.extend(self._children(child))
         return None
@@ -1305,6 +1314,13 @@ class _HolderSearch:
 def _pts_links(pid: str) -> set[str]:
     """The pts devices among ``pid``'s open fds (by their ``/proc/PID/fd`` links)."""
     return {target for target in _fd_links(pid) if target.startswith("/dev/pts/")}
+
+
+def _readlink(path: str) -> str | None:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
 
 
 def _fd_links(pid: int | str, limit: int | None = None) -> set[str]:

@@ -504,11 +504,16 @@ def test_a_program_that_works_between_timed_polls_for_keys_is_not_at_a_prompt(te
 
 
 HELPER_PROGRAM = """\
-import os, select, socket, subprocess, sys
+import os, select, socket, subprocess, sys, threading
 ours, theirs = socket.socketpair()
 if os.fork() == 0:  # the helper: a session of its own, as the Erlang VM's erl_child_setup
     os.setsid()
     ours.close()
+    idle, _ = os.pipe()
+    if len(sys.argv) > 1:  # a crowd of threads, each in a read
+        for _ in range(int(sys.argv[1])):
+            threading.Thread(target=os.read, args=(idle, 1), daemon=True).start()
+        print("crowd up", flush=True)
     while True:
         line = theirs.recv(1024).decode().strip()
         if not line:
@@ -547,6 +552,37 @@ def test_a_program_talking_to_a_helper_of_its_own_outside_the_group_is_at_its_pr
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("slept\nran sleep 1.2; echo slept\ncmd> "), \
         (r.wait_reason, r.viewport[-300:])
     assert elapsed >= 1.2
+    r, _ = term("quit")
+    shell_gets_the_next_command(term)
+
+
+def test_a_helpers_threads_are_looked_at_within_a_bound(term, monkeypatch):
+    """What a session runs is untrusted: a helper with hundreds of threads is not looked into past
+    MAX_HELPER_LOOKS threads a look (every look of every check read each thread's files), and is then not
+    taken to be at rest - the program's wait ends on the idle window."""
+    from dsh_terminal_magics.mechanism import readiness
+    reads: list[int] = []
+    real_text, real_rest = readiness.ReadinessProbe._text, readiness.ReadinessProbe._at_rest_outside
+
+    def counted_rest(self, root):
+        reads.append(0)
+        return real_rest(self, root)
+
+    def counted_text(self, path):
+        if reads and path.endswith("/syscall"):
+            reads[-1] += 1
+        return real_text(self, path)
+
+    monkeypatch.setattr(readiness.ReadinessProbe, "_at_rest_outside", counted_rest)
+    monkeypatch.setattr(readiness.ReadinessProbe, "_text", counted_text)
+    (term.path / "helper.py").write_text(HELPER_PROGRAM)
+    term("python3 helper.py 300", idle=1.0)
+    wait_for(lambda: "crowd up" in term.read())
+    reads.clear()
+    r, _ = term("hello", idle=1.0)
+    assert r.wait_reason == "inferred_idle" and r.viewport.endswith("echo hello\ncmd> "), \
+        (r.wait_reason, r.viewport[-300:])
+    assert reads and max(reads) <= readiness.MAX_HELPER_LOOKS, reads
     r, _ = term("quit")
     shell_gets_the_next_command(term)
 
