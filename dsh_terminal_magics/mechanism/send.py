@@ -657,8 +657,8 @@ class SendOperation:
         """Whether the program reads keys at the start of a line (see :meth:`_cursor_at_line_start`) while another
         thread of the reading process is in a timed wait: a reader that takes the keys all along, as the Erlang
         VM's does, waits on the terminal while what it was given runs (``timer:sleep(1000)``), and prints no
-        prompt until that ends.  (A prompt is printed before its read, so the cursor is past it; a silent line-mode read -
-        ``input()``, ``read`` - is no keyboard reader.)"""
+        prompt until that ends.  (A prompt is printed before its read, so the cursor is past it; a silent
+        line-mode read - ``input()``, ``read`` - is no keyboard reader.)"""
         probe = self.session.probe
         if probe is None or probe.through_relay or not probe.reader_works_on_time():
             return False  # (behind a relay, our terminal's modes are the relay's, not its command's)
