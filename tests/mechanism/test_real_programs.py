@@ -538,22 +538,34 @@ while True:
 """
 
 
+def start_and_answer(term, name: str, code: str, first_prompt: str, line: str, answer: str) -> None:
+    """Run ``code`` (written to ``name``) with python3: its first prompt, then its answer to ``line``, each
+    observed at once."""
+    (term.path / name).write_text(code)
+    r, elapsed = term(f"python3 {name}")
+    prompt(r, elapsed, first_prompt)
+    r, elapsed = term(line)
+    prompt(r, elapsed, answer)
+
+
+def answered_after_work(term, line: str, ending: str) -> float:
+    """Send ``line``, which makes the program work a while: the result must end with ``ending`` (its output and
+    next prompt); then ``quit`` it and check the shell gets the next command.  Returns the send's time."""
+    r, elapsed = term(line)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith(ending), (r.wait_reason, r.viewport[-300:])
+    term("quit")
+    shell_gets_the_next_command(term)
+    return elapsed
+
+
 def test_a_program_talking_to_a_helper_of_its_own_outside_the_group_is_at_its_prompt(term):
     """A program may wait on the terminal and on a socket to a helper it started, which left the group
     (``setsid``): the Erlang VM and its ``erl_child_setup``.  Such a socket was taken for one passing our input
     to another host (``ssh``), and every send ended on the idle window; the program is at its prompt while the
     helper sleeps with nothing to do - and not while a command it handed the helper runs there."""
-    (term.path / "helper.py").write_text(HELPER_PROGRAM)
-    r, elapsed = term("python3 helper.py")
-    prompt(r, elapsed, "cmd> ")
-    r, elapsed = term("hello")
-    prompt(r, elapsed, "echo hello\ncmd> ")
-    r, elapsed = term("run sleep 1.2; echo slept")
-    assert r.wait_reason == "stdin_read" and r.viewport.endswith("slept\nran sleep 1.2; echo slept\ncmd> "), \
-        (r.wait_reason, r.viewport[-300:])
+    start_and_answer(term, "helper.py", HELPER_PROGRAM, "cmd> ", "hello", "echo hello\ncmd> ")
+    elapsed = answered_after_work(term, "run sleep 1.2; echo slept", "slept\nran sleep 1.2; echo slept\ncmd> ")
     assert elapsed >= 1.2
-    r, _ = term("quit")
-    shell_gets_the_next_command(term)
 
 
 def test_a_helpers_threads_are_looked_at_within_a_bound(term, monkeypatch):
@@ -611,16 +623,8 @@ def test_a_keyboard_reader_is_not_at_a_prompt_while_another_thread_works_on_a_ti
             "    if line.startswith('nap'): time.sleep(1.2)\n"
             "    os.write(1, f'value of {line}\\n'.encode())\n"
             "termios.tcsetattr(0, termios.TCSADRAIN, saved)")
-    (term.path / "keys.py").write_text(code)
-    r, elapsed = term("python3 keys.py")
-    prompt(r, elapsed, "eval> ")
-    r, elapsed = term("one")
-    prompt(r, elapsed, "value of one\neval> ")
-    r, elapsed = term("nap")
-    assert r.wait_reason == "stdin_read" and r.viewport.endswith("value of nap\neval> "), \
-        (r.wait_reason, r.viewport[-300:])
-    r, _ = term("quit")
-    shell_gets_the_next_command(term)
+    start_and_answer(term, "keys.py", code, "eval> ", "one", "value of one\neval> ")
+    answered_after_work(term, "nap", "value of nap\neval> ")
 
 
 def test_a_line_editor_polling_on_its_continuation_line_is_at_a_prompt(term):
