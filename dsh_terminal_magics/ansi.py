@@ -347,6 +347,23 @@ def _screen_width(line: str) -> int:
     return len(line) + len(_WIDE.findall(line))
 
 
+def last_row_start(line: str, columns: int) -> int:
+    """Where in ``line`` (text without marks) the row the terminal leaves the cursor on begins, the line wrapped
+    at ``columns``: 0 when it did not wrap (a line exactly ``columns`` wide waits at its row's end, unwrapped).
+    A wide character that does not fit at a row's end starts the next row."""
+    if columns <= 0 or _screen_width(line) <= columns:
+        return 0
+    if line.isascii():
+        return (len(line) - 1) // columns * columns
+    cells = start = 0
+    for index, char in enumerate(line):
+        width = 2 if _WIDE.match(char) else 1
+        if cells + width > columns:
+            start, cells = index, 0
+        cells += width
+    return start
+
+
 def play_rows(text: str, columns: int = MAX_MOTION) -> list[str]:
     """The lines ``text`` (with row marks) leaves, played with a :class:`RowCursor`."""
     lines: list[str] = []

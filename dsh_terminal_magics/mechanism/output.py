@@ -24,9 +24,12 @@ from typing import Callable, Iterator
 
 from ..ansi import CONTROLS_BUT_MARKS as _CONTROL_BUT_MARKS, ERASE_BELOW, ESCAPE as _ESCAPE, MAX_ROWS, ROW_DOWN, \
     ROW_UP, UNFINISHED as _UNFINISHED, RowCursor, compact_line, cursor_column, has_marks, has_row_marks, \
-    line_motion_marks, plays_on_cursor, render_line, budgeted_pieces, to_column, without_marks
+    last_row_start, line_motion_marks, plays_on_cursor, render_line, budgeted_pieces, to_column, without_marks
 
 log = logging.getLogger(__name__)
+
+#: A CR that is not the first half of a CRLF.
+_LONE_CR = re.compile(r"\r(?!\n)")
 
 #: A partial line played on a cursor (backspaces, marks) longer than this is replayed into its shortest
 #: form (a spinner never ends).
@@ -287,11 +290,37 @@ class ScrollbackBuffer:
         """Add cleaned text (only printable characters, TAB, LF, CR, BS and cursor-motion marks)."""
         if not text:
             return
+        if "\r" in text and self.columns and not self._rows.up:
+            text = self._wrapped_rows_kept(text)
         self.chars_written += len(text)
         if self._rows.up or has_row_marks(text):
             self._append_rows(text)
         else:
             self._append_lines(text)
+
+    def _wrapped_rows_kept(self, text: str) -> str:
+        """``text`` with a line break before the row a CR comes back to, when its line wrapped: the terminal
+        wraps a line at its width, and a CR returns to the start of the row the cursor is on, not of the line.
+        zsh and fish end a command's unfinished last line with a mark and spaces up to the row's end, then a CR,
+        so that their prompt starts on a row of its own; the CR went back to the line's start, and the prompt
+        overwrote the command's output.  The first lone CR of ``text`` is looked at, on a line without cursor
+        marks (a line editor's moves are played as they are)."""
+        lone = _LONE_CR.search(text)
+        if lone is None:
+            return text
+        cr = lone.start()
+        start = text.rfind("\n", 0, cr) + 1
+        head = self._partial if start == 0 else ""
+        segment = head + text[start:cr]
+        if "\r" in head or plays_on_cursor(segment) or has_row_marks(segment):
+            return text
+        cut = last_row_start(segment, self.columns) - len(head)
+        if cut <= 0:  # (no wrap; or the row starts in what was written before: left as it was)
+            return text
+        kept = text[start:start + cut].rstrip(" ")
+        if not kept and head:
+            self._partial = head.rstrip(" ")  # (the blanks at the end of the rows above are no text)
+        return text[:start] + kept + "\n" + text[start + cut:]
 
     def _append_rows(self, text: str) -> None:
         """Text that moves the cursor up and down rows: what lands on an upper row rewrites that line."""

@@ -219,6 +219,28 @@ def test_a_move_down_from_the_last_line_goes_to_a_new_line():
     assert marked("done\r\n", "\x1b[B\x1b[3Bnext") == ["done", "next"]
 
 
+def test_a_cr_after_a_line_wrapped_returns_to_the_start_of_its_last_row():
+    """zsh and fish end a command's output that has no newline with a mark and spaces to the row's end, then a
+    CR, so that the prompt starts on a row of its own (the terminal wrapped the line at its width, and a CR
+    returns to the start of the row the cursor is on).  The CR went back to the start of the whole line, and
+    the prompt overwrote the output: ``printf 'no newline'`` showed nothing."""
+    def played(*chunks: str, columns: int = 40) -> list[str]:
+        sb, n = ScrollbackBuffer(), OutputNormalizer()
+        sb.columns = columns
+        for chunk in chunks:
+            sb.append(n.feed(chunk.encode())[0])
+        return list(sb.iter_lines(1, sb.completed_lines)) + [sb.partial_line]
+
+    zsh = "no newline\x1b[1m\x1b[7m%\x1b[27m\x1b[1m\x1b[0m" + " " * 39 + "\r \r\r\x1b[0m\x1b[J% \x1b[K"
+    assert played("$ printf 'no newline'\r\n", zsh) == ["$ printf 'no newline'", "no newline%", "% "]
+    fish = "done\x1b[2m\u23ce\x1b(B\x1b[m" + " " * 39 + "\r\u23ce \r\x1b[K> "
+    assert played(fish[:20], fish[20:]) == ["done\u23ce", "> "]  # (cut anywhere)
+    assert played("0" * 50 + "\rdone\r\n") == ["0" * 40, "done", ""]  # (the row above stays, as on the screen)
+    assert played("x" * 40 + "\rover\r\n") == ["over", ""]  # (a full row waits at its end: no wrap yet)
+    assert played("50%\r100%\r\n") == ["100%", ""]
+    assert played("\u5bbd" * 25 + "\rab\r\n") == ["\u5bbd" * 20, "ab", ""]  # (20 wide characters a row)
+
+
 def test_an_erase_of_the_line_leaves_no_blanks_at_its_end():
     """A menu (inquirer) erases its rows with ``CSI 2K`` from where its cursor stands, climbs back and prints
     its answer over them: the row it erased last kept a line of spaces, and every result and read after it
