@@ -47,7 +47,7 @@ import termios
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from .process_tree import HAVE_PROC, ProcFiles, ProcessStat, process_table, stat_of, stat_path
 
@@ -461,13 +461,8 @@ class ReadinessProbe:
         just read (a worker taking the line from a queue) - it is runnable, or has run, and works on our input
         (the send ended as the line's echo came back, before the work's output and prompt)."""
         sample = self._last_sample[1] if self._last_sample is not None else {}
-        for pid, tid in self._other_waits:
-            if self._schedstat(pid, tid) != sample.get((pid, tid)):
-                return False
-            stat = self._stat(pid, tid)
-            if stat is not None and not stat.gone and stat.state in "RD":
-                return False
-        return True
+        others = {key: sample.get(key, _UNSETTLED) for key in self._other_waits}
+        return not others or (self._none_ran_since(others) and not any(self._runnable(*key) for key in others))
 
     def _members_unchanged(self, members: list[int]) -> bool:
         """Whether the group's members still have the threads and children this check listed before it
@@ -522,25 +517,28 @@ class ReadinessProbe:
         program that computes and then reads gives no event when it blocks; this is what makes it cheap to
         look often while it computes.
         """
-        if self.running_thread is None:
-            return False
-        stat = self._stat(*self.running_thread)
-        return stat is not None and stat.state in "RD"  # (a stopped one, T, is not: ^Z, SIGSTOP)
+        return self.running_thread is not None and self._runnable(*self.running_thread)
 
-    def waits_on_time_elsewhere(self) -> bool:
-        """Whether a thread the last check found waiting on something other than our terminal is in a timed
-        wait (a sleep, a futex or poll with a timeout): when it ends, the program may go on by itself (a
-        REPL's worker sleeping while its reader polls the terminal; a JVM's many timed threads)."""
-        return any(self._timeout_of_call(pid, _timed_call(wait)) for (pid, _), wait in self._other_waits.items())
+    def _runnable(self, pid: int, tid: int) -> bool:
+        """Whether the thread is running or waiting for a CPU (or in an uninterruptible wait): not blocked (a
+        stopped one, T, is not: ^Z, SIGSTOP)."""
+        stat = self._stat(pid, tid)
+        return stat is not None and stat.state in "RD"
+
+    def waits_on_time_elsewhere(self, pids: Collection[int] | None = None) -> bool:
+        """Whether a thread the last check found waiting on something other than our terminal (of one of
+        ``pids``, if given) is in a timed wait (a sleep, a futex or poll with a timeout): when it ends, the
+        program may go on by itself (a REPL's worker sleeping while its reader polls the terminal; a JVM's many
+        timed threads)."""
+        return any(self._timeout_of_call(pid, _timed_call(wait)) for (pid, _), wait in self._other_waits.items()
+                   if pids is None or pid in pids)
 
     def reader_works_on_time(self) -> bool:
         """Whether a process the last check found reading our terminal has another thread in a timed wait: a
         reader that takes the keys all along, while its other thread runs what it was given (a sleep) - see
         :meth:`SendOperation._keys_read_while_timed_work`.  Other processes of the group do not count (a
         background job's ``sleep``)."""
-        readers = set(self.tty_readers)
-        return any(pid in readers and self._timeout_of_call(pid, _timed_call(wait))
-                   for (pid, _), wait in self._other_waits.items())
+        return self.waits_on_time_elsewhere(set(self.tty_readers))
 
     def sleep_ends(self, now: float) -> float | None:
         """When the first thread of the last check that is in a timed wait wakes up (``time.monotonic()``
@@ -951,10 +949,7 @@ class ReadinessProbe:
         queue, looks = self._children(pid), MAX_FDS_LOOKED
         while queue and looks > 0:
             child = queue.pop(0)
-            try:
-                fds = os.listdir(f"/proc/{child}/fd")[:looks]
-            except OSError:
-                fds = []
+            fds = _fds(child, looks)
             looks -= len(fds) + 1
             if any(_readlink(f"/proc/{child}/fd/{fd}") == link for fd in fds):
                 return child
@@ -1323,19 +1318,17 @@ def _readlink(path: str) -> str | None:
         return None
 
 
+def _fds(pid: int | str, limit: int | None = None) -> list[str]:
+    """``pid``'s first ``limit`` open fds (their numbers, as ``/proc/PID/fd`` lists them); none when unreadable."""
+    try:
+        return os.listdir(f"/proc/{pid}/fd")[:limit]
+    except OSError:
+        return []
+
+
 def _fd_links(pid: int | str, limit: int | None = None) -> set[str]:
     """What ``pid``'s open fds point to, as their ``/proc/PID/fd`` links show it (its first ``limit`` fds)."""
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")[:limit]
-    except OSError:
-        return set()
-    out = set()
-    for fd in fds:
-        try:
-            out.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            continue
-    return out
+    return {link for fd in _fds(pid, limit) if (link := _readlink(f"/proc/{pid}/fd/{fd}")) is not None}
 
 
 _HOLDERS = _HolderSearch()
