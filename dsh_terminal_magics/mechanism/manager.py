@@ -216,6 +216,8 @@ class SessionManager:
             raise InvalidArgumentError(
                 "SIGKILL would kill the session's shell itself: use terminal_close to end the session, "
                 "or SIGINT/SIGTERM to stop the foreground command")
+        if name == "SIGINT":  # as the interrupt key would: text queued behind the command does not run after it
+            session.clear_input_for_interrupt()
         try:
             os.killpg(pgid, SIGNALS[name])
             if name in ("SIGINT", "SIGTERM", "SIGHUP") and _any_stopped(session, pgid):

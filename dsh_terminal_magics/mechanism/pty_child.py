@@ -270,6 +270,28 @@ class PtyChild:
             return None
         return key
 
+    def clear_input_for_signal_keys(self, data: bytes) -> None:
+        """Throw away the input the program has not read when ``data`` holds a key the terminal makes a signal
+        of (interrupt, quit, suspend: C-c, C-\\, C-z unless a program changed them) - what the line
+        discipline does once it reaches that key, done before the key is written so that it gets there.
+        Input a program does not read queues up in the kernel, and a key written behind a full queue waits
+        there with it: C-c after a large text sent to a busy program never interrupted it.  Nothing changes
+        while the terminal keeps input at a signal (``NOFLSH``) or makes no signals of keys (raw mode)."""
+        if self.slave_fd < 0 or _CONTROL_KEYS.search(data) is None:
+            return
+        try:
+            attrs = termios.tcgetattr(self.master_fd)
+        except (OSError, termios.error):
+            return
+        if not attrs[3] & termios.ISIG or attrs[3] & termios.NOFLSH:
+            return
+        keys = (attrs[6][termios.VINTR], attrs[6][termios.VQUIT], attrs[6][termios.VSUSP])
+        if any(isinstance(key, bytes) and key != b"\x00" and key in data for key in keys):
+            try:
+                termios.tcflush(self.slave_fd, termios.TCIFLUSH)
+            except termios.error:
+                pass
+
     def without_output_stop(self, data: bytes) -> bytes:
         """``data`` less the key that would stop the terminal's output (C-s, or what a program made the stop key,
         while a program has turned XON/XOFF flow control back on: ``stty sane``, ``reset``).  The terminal takes

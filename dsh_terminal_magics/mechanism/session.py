@@ -434,6 +434,8 @@ class Session:
         self.check_can_send()
         payload, escape_sent = self._payload(request)  # may refuse bad input: before any change
         events = self._key_events(request, payload)
+        if self.child is not None:
+            self.child.clear_input_for_signal_keys(payload)
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self.write_now(events[0][:4096]) if payload else 0  # the program starts on it at once
         if self.child is not None:
@@ -563,13 +565,22 @@ class Session:
         except OSError:
             pass
 
+    def clear_input_for_interrupt(self) -> bytes | None:
+        """Throw away the input no program has read, as the terminal does at its interrupt key (see
+        :meth:`PtyChild.clear_input_for_signal_keys`); returns that key (None: the terminal makes no signals
+        of keys, and nothing was thrown away)."""
+        key = self.child.interrupt_key() if self.child is not None else None
+        if key is not None:
+            self.child.clear_input_for_signal_keys(key)
+        return key
+
     def interrupt_foreground(self) -> None:
         """SIGINT to the foreground process group, typed as the terminal's interrupt character while the
         terminal makes signals of keys: the kernel then also throws away input typed ahead and not read yet,
         as a terminal does (a kill() while the shell was still reading ``sleep 100`` left ``leep 100`` to run
         as a command, and text queued behind an interrupted command ran after it).  A kill() otherwise (a
         program that took the keys raw, or no room left in the input queue)."""
-        key = self.child.interrupt_key() if self.child is not None else None
+        key = self.clear_input_for_interrupt()  # (else the key may wait behind input no one reads)
         if key is not None and self.write_now(key) == len(key):
             return
         pgid = self.foreground_pgid()

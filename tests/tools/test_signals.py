@@ -66,3 +66,44 @@ def test_the_magic_accepts_both(ip):
     assert "delivered SIGINT" in ip.run_line_magic("term_signal", "SIGINT").text
     ip.run_line_magic("term_send", "--no-submit --")
     assert "back-42" in ip.run_line_magic("term_send", "echo back-$((6*7))").viewport
+
+
+def _busy_with_input_queued(tools, agent) -> str:
+    """A shell running ``sleep 300`` with more text sent to it than the terminal queues.  The send ends at
+    its timeout with the rest unsent; what was written waits in the kernel."""
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "sleep 300", "timeout": 0.5, "idle": 10},
+                   agent=agent)
+    assert r.wait_reason == "timeout", r
+    lines = ("y" * 1000 + "\n") * 200
+    r = tools.call("terminal_send", {"sessionId": sid, "text": lines, "timeout": 1, "idle": 10}, agent=agent)
+    assert r.wait_reason == "timeout" and r.unsent > 0, r
+    return sid
+
+
+def _ends_cleanly(tools, agent, sid: str) -> None:
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "echo back-$((6*7))", "timeout": 20, "idle": 10},
+                   agent=agent)
+    assert r.wait_reason == "stdin_read" and "back-42" in r.viewport.splitlines(), r
+    page = tools.call("terminal_read", {"sessionId": sid, "offset": 0, "count": 1000}, agent=agent)
+    assert "command not found" not in page.text and "back-42" in page.text
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+
+
+def test_the_interrupt_key_gets_through_input_the_program_does_not_read(tools, agent):
+    """Input a busy program does not read queues in the kernel, and a key written after it waits there too:
+    C-c after a large text never reached the line discipline, and the command ran on.  The terminal throws
+    away unread input at its interrupt key; we do that before the key is written, so it gets there."""
+    sid = _busy_with_input_queued(tools, agent)
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "", "keys": ["C-c"], "submit": False, "timeout": 20,
+                                     "idle": 10}, agent=agent)
+    assert r.wait_reason == "stdin_read", r
+    _ends_cleanly(tools, agent, sid)
+
+
+def test_sigint_throws_away_queued_input_as_the_interrupt_key_does(tools, agent):
+    """terminal_signal SIGINT stops the command, and the text queued behind it does not then run as
+    commands (it did: a screen of ``yyy…: command not found``)."""
+    sid = _busy_with_input_queued(tools, agent)
+    assert tools.call("terminal_signal", {"sessionId": sid, "signal": "SIGINT"}, agent=agent).delivered
+    _ends_cleanly(tools, agent, sid)
