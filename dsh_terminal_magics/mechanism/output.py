@@ -303,24 +303,37 @@ class ScrollbackBuffer:
         wraps a line at its width, and a CR returns to the start of the row the cursor is on, not of the line.
         zsh and fish end a command's unfinished last line with a mark and spaces up to the row's end, then a CR,
         so that their prompt starts on a row of its own; the CR went back to the line's start, and the prompt
-        overwrote the command's output.  The first lone CR of ``text`` is looked at, on a line without cursor
-        marks (a line editor's moves are played as they are)."""
-        lone = _LONE_CR.search(text)
-        if lone is None:
-            return text
-        cr = lone.start()
-        start = text.rfind("\n", 0, cr) + 1
-        head = self._partial if start == 0 else ""
-        segment = head + text[start:cr]
-        if "\r" in head or plays_on_cursor(segment) or has_row_marks(segment):
-            return text
-        cut = last_row_start(segment, self.columns) - len(head)
-        if cut <= 0:  # (no wrap; or the row starts in what was written before: left as it was)
-            return text
-        kept = text[start:start + cut].rstrip(" ")
-        if not kept and head:
-            self._partial = head.rstrip(" ")  # (the blanks at the end of the rows above are no text)
-        return text[:start] + kept + "\n" + text[start + cut:]
+        overwrote the command's output.  Each lone CR is looked at, for what was written since the line began
+        or the CR before it, on a line without cursor marks (a line editor's moves are played as they are).
+        A row that starts in what an earlier ``text`` wrote is left as it was: a progress bar wider than the
+        terminal, redrawn in a write of its own each time, stays one line."""
+        pieces: list[str] = []
+        done = begin = 0  # (text[:done] is in pieces; the segment the next CR ends begins at begin)
+        head = self._partial
+        for lone in _LONE_CR.finditer(text):
+            cr = lone.start()
+            newline = text.rfind("\n", begin, cr)
+            if newline >= 0:
+                begin, head = newline + 1, ""
+            cut = self._row_cut(head, text[begin:cr])
+            if cut > 0:
+                kept = text[begin:begin + cut].rstrip(" ")
+                if not kept and head and "\r" not in head:
+                    self._partial = head.rstrip(" ")  # (the blanks at the end of the rows above are no text)
+                pieces.append(text[done:begin] + kept + "\n")
+                done = begin + cut
+            begin, head = cr + 1, ""
+        return "".join(pieces) + text[done:] if pieces else text
+
+    def _row_cut(self, head: str, written: str) -> int:
+        """Where in ``written`` (after ``head``, the line's text before it) the row a CR comes back to starts:
+        0 when the line did not wrap, the row starts in ``head``, or the line is played on a cursor.  Only what
+        followed the last CR in ``head`` counts: that CR came back to the start of the row."""
+        head = head[head.rfind("\r") + 1:]
+        segment = head + written
+        if plays_on_cursor(segment) or has_row_marks(segment):
+            return 0
+        return last_row_start(segment, self.columns) - len(head)
 
     def _append_rows(self, text: str) -> None:
         """Text that moves the cursor up and down rows: what lands on an upper row rewrites that line."""

@@ -235,6 +235,9 @@ def test_a_cr_after_a_line_wrapped_returns_to_the_start_of_its_last_row():
     assert played("$ printf 'no newline'\r\n", zsh) == ["$ printf 'no newline'", "no newline%", "% "]
     fish = "done\x1b[2m\u23ce\x1b(B\x1b[m" + " " * 39 + "\r\u23ce \r\x1b[K> "
     assert played(fish[:20], fish[20:]) == ["done\u23ce", "> "]  # (cut anywhere)
+    # fish sets the title and returns to the line's start first: every CR counts, not only a chunk's first
+    assert played("\x1b]0;printf\x07\r" + fish) == played("\r", fish) == ["done\u23ce", "> "]
+    assert played("$ x\r\n\r" + zsh) == ["$ x", "no newline%", "% "]
     assert played("0" * 50 + "\rdone\r\n") == ["0" * 40, "done", ""]  # (the row above stays, as on the screen)
     assert played("x" * 40 + "\rover\r\n") == ["over", ""]  # (a full row waits at its end: no wrap yet)
     assert played("50%\r100%\r\n") == ["100%", ""]
