@@ -80,9 +80,10 @@ _BUSY_SENDS: "set[SendOperation]" = set()
 FULL_CHECK_EVERY = 1.0
 #: Longest a timed tty wait must last, without new output, before it counts as a prompt (seconds).
 TIMED_WAIT_SETTLE = 1.5
-#: Longest a key event waits for the program to read the one before it (seconds; see
-#: :meth:`Session.start_send`): a program that does not read gets the rest then, as before.
-KEY_EVENT_WAIT = 0.25
+#: Longest a key event waits for the program to have taken the one before it - read it and waited for input
+#: again, as a person sees a program act on a key before pressing the next (seconds; see
+#: :meth:`Session.start_send`, :meth:`Session.input_taken`): a program that does not gets the rest then.
+KEY_EVENT_WAIT = 0.5
 #: Added to a timer's due time before the wait is looked at again (see :meth:`SendOperation._timer_due_first`).
 TIMER_MARGIN = 0.002
 #: A full-screen program's timed wait on the terminal this short must be outlasted once, with no new output,
@@ -343,7 +344,7 @@ class SendOperation:
             self._begin_wait()
 
     async def _write_rest(self, pieces: list[bytes]) -> None:
-        """Write ``pieces``: the first at once, each later one once the program has read the one before (or
+        """Write ``pieces``: the first at once, each later one once the program has taken the one before (or
         after :data:`KEY_EVENT_WAIT`), behind a fresh fence."""
         session = self.session
         written = total = 0
@@ -351,7 +352,7 @@ class SendOperation:
         try:
             for index, piece in enumerate(pieces):
                 if index:
-                    await session.input_read(min(self.deadline, time.monotonic() + KEY_EVENT_WAIT))
+                    await session.input_taken(self.fence, min(self.deadline, time.monotonic() + KEY_EVENT_WAIT))
                     if session.probe is not None:
                         self.fence = session.probe.fence()
                 total += len(piece)

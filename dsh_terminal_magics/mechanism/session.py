@@ -450,15 +450,16 @@ class Session:
 
     def _key_events(self, request: SendRequest, payload: bytes) -> list[bytes]:
         """The payload in the pieces it is written in: one, or - while a command the session started takes the
-        keys raw and draws its own display under a hidden cursor - the text, each key and the Enter, each once
-        the program has read the one before, as typed (see :meth:`SendRequest.key_events`).  A program that
-        takes each read as one key event sees them apart: Ink (React for the terminal; it hides the cursor)
-        took ``hello`` and its Enter, read at once, for pasted text - the line was never submitted, and the CR
-        went into it.  Line editors (readline, prompt_toolkit, a REPL started from the shell) read keys apart
-        however they arrive, and show the cursor: their sends stay one write (each piece waits for a read)."""
+        keys raw - the text, each key and the Enter, each once the program has taken the one before (read it
+        and waited for input again), as a person types (see :meth:`SendRequest.key_events`,
+        :meth:`input_taken`).  A program that takes each read as one key event sees them apart: Ink (React for
+        the terminal) took ``hello`` and its Enter, read at once, for pasted text - the line was never
+        submitted, and the CR went into it.  A program that acts on keys in the background sees the Enter
+        after it acted on the text: fzf filters in another thread, and ``42`` sent to it picked the top line
+        of the unfiltered list.  The session's own shell and line-mode readers get one write."""
         probe = self.probe
-        if probe is None or not probe.available or not self.screen.cursor_hidden \
-                or self.foreground_pgid() in (0, self.pid) or probe.reads_lines():
+        if probe is None or not probe.available or self.foreground_pgid() in (0, self.pid) \
+                or probe.reads_lines():
             return [payload]
         return request.key_events(payload, self.screen.application_cursor)
 
@@ -468,6 +469,17 @@ class Session:
         while probe is not None and self.running and probe.unread_input() > 0 and time.monotonic() < until:
             turns += 1  # (a program waiting in a read takes it within a few turns of the loop; then every 1 ms)
             await asyncio.sleep(0 if turns < 50 else 0.001)
+
+    async def input_taken(self, fence: Fence, until: float) -> None:
+        """Return once the program has read all the input written to it since ``fence`` and acted on it: it
+        waits for input again (or at ``until``).  Read is not taken: fzf filters what was typed in another
+        thread, and an Enter that came as soon as the query was read picked the top line of the old list."""
+        await self.input_read(until)
+        probe, pause = self.probe, 0.0
+        while probe is not None and self.running and time.monotonic() < until \
+                and probe.waiting_for_input(fence) is None:
+            await asyncio.sleep(pause)
+            pause = min(pause + 0.001, 0.01)  # (at once, then a look every few ms)
 
     def _payload(self, request: SendRequest) -> tuple[bytes, bool]:
         """The bytes to write for ``request``, and whether the caller sent an ESC (the paste brackets are

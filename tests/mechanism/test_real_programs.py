@@ -627,6 +627,33 @@ def test_a_keyboard_reader_is_not_at_a_prompt_while_another_thread_works_on_a_ti
     answered_after_work(term, "nap", "value of nap\neval> ")
 
 
+def test_enter_comes_after_the_program_acted_on_the_text_before_it(term):
+    """A program that takes the keys raw and acts on them in another thread gets the Enter once it has acted on
+    the text, as a person presses Enter after seeing the program act: fzf filters in another thread, and ``42``
+    sent to it picked the top line of the list before the filter (text and Enter came in one read).  Here a
+    worker thread works a while on each key before it counts (as fzf's matcher); Enter picks what counted."""
+    code = ("import os, queue, sys, termios, threading, time, tty\n"
+            "saved = termios.tcgetattr(0); tty.setcbreak(0); typed = queue.Queue(); applied = []\n"
+            "def work():\n"
+            "    while True:\n"
+            "        key = typed.get(); end = time.process_time() + 0.05\n"
+            "        while time.process_time() < end: pass\n"
+            "        applied.append(key)\n"
+            "threading.Thread(target=work, daemon=True).start()\n"
+            "os.write(1, b'query> ')\n"
+            "while True:\n"
+            "    for key in os.read(0, 64).decode():\n"
+            "        if key in '\\r\\n':\n"
+            "            termios.tcsetattr(0, termios.TCSADRAIN, saved); print('\\npicked', ''.join(applied)); sys.exit()\n"
+            "        typed.put(key); os.write(1, key.encode())\n")
+    (term.path / "picker.py").write_text(code)
+    r, elapsed = term("python3 picker.py")
+    prompt(r, elapsed, "query> ")
+    r, _ = term("42")
+    assert r.wait_reason == "stdin_read" and "picked 42\n$ " in r.viewport, (r.wait_reason, r.viewport[-300:])
+    shell_gets_the_next_command(term)
+
+
 def test_a_line_editor_polling_on_its_continuation_line_is_at_a_prompt(term):
     """prompt_toolkit's multi-line prompt polls its terminal on the next line after Enter, the cursor
     indented under the text (no continuation prompt is drawn, only the indent): that is a prompt."""
@@ -668,6 +695,17 @@ def test_a_picker_drawn_under_the_prompt_is_gone_when_it_leaves(term):
     r, _ = term("echo picked")
     assert r.viewport.splitlines() == ["$ echo picked", "picked", "$ "], r.viewport[-400:]
     assert "1/100" not in term.read() and "fzf --height 10\n42\n$ echo picked\npicked\n$" in term.read()
+
+
+@needs["fzf"]
+def test_a_query_sent_with_enter_to_fzf_picks_from_the_filtered_list(term):
+    """fzf filters in other threads: the Enter sent with the query came in the same read and picked the top
+    line of the unfiltered list (``1``, not ``99999``)."""
+    r, _ = term("seq 200000 | fzf --height 10")
+    assert r.wait_reason == "stdin_read" and "200000/200000" in r.viewport, r.viewport[-400:]
+    r, _ = term("99999")
+    assert r.wait_reason == "stdin_read" and r.viewport.splitlines() == ["99999", "$ "], r.viewport[-400:]
+    shell_gets_the_next_command(term)
 
 
 @needs["make"]
