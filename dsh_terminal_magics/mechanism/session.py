@@ -581,9 +581,10 @@ class Session:
         """Throw away the input no program has read, as the terminal does at its interrupt key (see
         :meth:`PtyChild.clear_input_for_signal_keys`); returns that key (None: the terminal makes no signals
         of keys, and nothing was thrown away)."""
-        key = self.child.interrupt_key() if self.child is not None else None
-        if key is not None:
-            self.child.clear_input_for_signal_keys(key)
+        child = self.child
+        key = child.interrupt_key() if child is not None else None
+        if child is not None and key is not None:
+            child.clear_input_for_signal_keys(key)
         return key
 
     def interrupt_foreground(self) -> None:
