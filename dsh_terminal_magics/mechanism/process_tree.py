@@ -28,6 +28,8 @@ PR_SET_CHILD_SUBREAPER = 36
 
 #: Environment variable that marks every process of a session tree.
 SESSION_TOKEN_ENV = "DSH_TERMINAL_SESSION"
+#: Longest a close lets a frozen leader run to reap what died under it before it is killed (seconds).
+REAP_GRACE = 0.5
 
 HAVE_PROC = os.path.isdir("/proc/self/task")
 
@@ -475,7 +477,8 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
        outrun that), then rescanning ``/proc`` until nothing new turns up.
     3. SIGKILL every member but the leaders, which stay (stopped) to adopt the
        orphans of what dies; follow them again and kill what turned up (a
-       fork under way at the freeze) until none is left; then the leaders,
+       fork under way at the freeze) until none is left; let the leaders reap
+       what died under them (:func:`_leaders_reap`); then kill the leaders,
        and stragglers found by token, until a scan finds none.
 
     Returns ``{member: killed_by_sigkill}`` for reporting.
@@ -506,6 +509,7 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
         await _wait_all_gone(trees, poll, but=True)
         if not await _freeze_all(trees, stopped):
             break
+    await _leaders_reap(trees, poll)
     for _ in range(100):
         for tree in trees:
             for member in tree.members:
@@ -520,6 +524,25 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
             break
         await _freeze_all(trees, stopped)
     return forced
+
+
+async def _leaders_reap(trees: list[TreeToEnd], poll: float) -> None:
+    """Continue each leader that holds dead children, and give it up to :data:`REAP_GRACE` to reap them (a
+    shell does at once).  A leader killed first passed them to pid 1 as zombies, which an init that does not
+    reap - in a container often the notebook server itself - keeps for ever.  What a leader starts meanwhile
+    is found and ended by the rounds that follow."""
+    waiting = [tree.leader for tree in trees if is_alive(tree.leader) and _dead_children(tree.leader.pid)]
+    for leader in waiting:
+        send_signal(leader, signal.SIGCONT)
+    deadline = time.monotonic() + REAP_GRACE
+    while waiting and time.monotonic() < deadline:
+        await asyncio.sleep(poll)
+        waiting = [leader for leader in waiting if is_alive(leader) and _dead_children(leader.pid)]
+
+
+def _dead_children(pid: int) -> bool:
+    """Whether ``pid`` has a child that has ended and waits to be reaped."""
+    return any((stat := read_stat(child)) is not None and stat.state == "Z" for child in children_of(pid))
 
 
 async def _freeze_all(trees: list[TreeToEnd], stopped: set[ProcessId]) -> bool:

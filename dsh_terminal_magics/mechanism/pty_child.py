@@ -287,6 +287,11 @@ class PtyChild:
             return
         keys = (attrs[6][termios.VINTR], attrs[6][termios.VQUIT], attrs[6][termios.VSUSP])
         if any(isinstance(key, bytes) and key != b"\x00" and key in data for key in keys):
+            self.discard_input()
+
+    def discard_input(self) -> None:
+        """Throw away the input no program has read (the line discipline's queue and what waits to enter it)."""
+        if self.slave_fd >= 0:
             try:
                 termios.tcflush(self.slave_fd, termios.TCIFLUSH)
             except termios.error:

@@ -236,6 +236,7 @@ class Session:
         self.wake()
         if self.child is None:
             return None
+        self.child.discard_input()  # (nothing typed ahead runs while the close lets the shell reap its dead)
         return TreeToEnd(self.child.leader, self.token.encode(), self.child.exited)
 
     def finish_close(self) -> None:

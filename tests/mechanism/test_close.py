@@ -8,7 +8,8 @@ import threading
 import time
 
 from dsh_terminal_magics.mechanism import SendRequest
-from dsh_terminal_magics.mechanism.process_tree import ProcessId, is_alive, read_stat
+from dsh_terminal_magics.mechanism.process_tree import ProcessId, children_of, is_alive, read_stat
+from dsh_terminal_magics.mechanism.sandbox import Sandbox
 from tests.conftest import wait_for
 
 ESCAPERS = {
@@ -117,3 +118,33 @@ def test_many_cycles_leave_fds_threads_and_zombies_unchanged(manager, agent):
     with contextlib.suppress(AssertionError):
         wait_for(lambda: settled(now()), timeout=10)
     assert settled(now()), (now(), before)
+
+
+
+def _whole_tree(pid: int) -> list[int]:
+    """The process we started that ``pid`` runs under (a wrapper's, or ``pid`` itself), and every process
+    under it (a walk of the children lists)."""
+    while (stat := read_stat(pid)) is not None and stat.ppid != os.getpid():
+        pid = stat.ppid
+    found, stack = [], [pid]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children_of(pid))
+    return found
+
+
+def test_what_close_ends_is_reaped_not_left_to_init(manager, agent):
+    """Close killed what ignores SIGTERM with its parents frozen, then the parents: what had died under them
+    passed to pid 1 as zombies, which an init that does not reap (in a container the first process is often
+    the notebook server itself) keeps for ever - here each stayed seconds.  The leader, the tree's
+    subreaper, now reaps what died under it before it goes, and we reap the leader.  (Process tracking: the
+    notebook user's sessions.  Under bubblewrap, see the README: its monitor leaves its own init to pid 1.)"""
+    info = manager.sync.open(agent, "shell", sandbox=Sandbox())
+    manager.sync.send(agent, info.session_id, SendRequest(
+        "(trap '' TERM HUP INT; sleep 1000) & (trap '' TERM HUP; exec sleep 1000) & sleep 1000", timeout=0.5))
+    members = _whole_tree(info.pid)
+    assert len(members) >= 4, members
+    assert manager.sync.close(agent, info.session_id) is True
+    left = [(pid, stat.state, stat.ppid) for pid in members if (stat := read_stat(pid)) is not None]
+    assert left == [], f"left after close (pid, state, parent): {left}"
