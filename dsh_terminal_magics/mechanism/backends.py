@@ -51,7 +51,7 @@ class LaunchSpec:
 #: ``sh -c`` under which :func:`reaped` runs a program: it waits for the program and exits with its status.  A
 #: Ctrl-C or Ctrl-\\ that reaches its group too (before the program takes a group of its own) does not end it:
 #: a caught signal, unlike an ignored one, is the default again in the program it starts.
-_REAPER_SCRIPT = 'trap : INT QUIT; "$@"; exit'
+REAPER_SCRIPT = 'trap : INT QUIT; "$@"; exit'
 
 
 def reaped(argv: list[str]) -> tuple[list[str], bool]:
@@ -64,7 +64,7 @@ def reaped(argv: list[str]) -> tuple[list[str], bool]:
     exiting with its status, is one (a signal's death shows as 128 + its number, as in a shell).  Without
     an ``sh``, the program runs bare."""
     sh = _which("sh", os.environ.get("PATH"))
-    return ([sh, "-c", _REAPER_SCRIPT, "sh", *argv], True) if sh is not None else (argv, False)
+    return ([sh, "-c", REAPER_SCRIPT, "sh", *argv], True) if sh is not None else (argv, False)
 
 
 @runtime_checkable

@@ -35,6 +35,7 @@ from itertools import islice
 from typing import Callable, Literal, NamedTuple
 
 from ..errors import BackendError
+from .backends import REAPER_SCRIPT
 
 SandboxMode = Literal["off", "read-only", "workspace-write"]
 
@@ -114,12 +115,14 @@ class Sandbox:
         check_bwrap_works(bwrap)
         if self.mode == "off":
             return Wrapped([bwrap, "--dev-bind", "/", "/", "--proc", "/proc", *_kernel_masks(cwd, workspace),
-                            "--unshare-pid", "--die-with-parent", "--chdir", cwd, "--", *argv], [])
+                            "--unshare-pid", "--as-pid-1", "--die-with-parent", "--chdir", cwd, "--",
+                            *_INIT, *argv], [])
         # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
         # /dev/console): the host's would let the session read and write other sessions' terminals - and
         # raw disks, whatever the read-only binds say.
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+                "--tmpfs", "/tmp", "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts",
+                "--die-with-parent"]
         if not self.network:
             args.append("--unshare-net")
         masked = _runtime_directories()
@@ -147,8 +150,16 @@ class Sandbox:
         confine = abstract_socket_scope(bwrap) if self.network else None
         filter_fd = seccomp_filter_fd()  # (last: a refusal above leaves no descriptor behind)
         args += ["--seccomp", str(filter_fd), "--chdir", cwd, "--"]
-        return Wrapped(args + argv, [filter_fd], confine)
+        return Wrapped(args + [*_INIT, *argv], [filter_fd], confine)
 
+
+#: The namespace's init: a shell that runs the session's program as its child, reaps what is orphaned in the
+#: namespace, and exits with the program's status (a death by a signal as 128 + its number; as :func:`reaped`).  bubblewrap's own
+#: init (without ``--as-pid-1``) was left a zombie for pid 1 at every session's end - its monitor exits as soon
+#: as that init reports the command's end, before reaping it - and an init that does not reap (in a container,
+#: often the notebook server itself) keeps those for ever.  The program itself as the namespace's init would
+#: take no signal from inside that it does not catch (``kill -9 $$`` did nothing).
+_INIT = ("/bin/sh", "-c", REAPER_SCRIPT, "sh")
 
 #: The directories where version control keeps a repository's own files, hooks and config among them.
 _REPOSITORY_DIRECTORIES = (".git", ".hg", ".jj")

@@ -208,8 +208,8 @@ class Session:
             program = foreground
         else:
             program = self.child.pid
-            wrappers = {b"bwrap\n", *([os.path.basename(self.spec.argv[0])[:15].encode() + b"\n"]
-                                      if self.spec.wrapped else [])}
+            wrappers = {b"bwrap\n", b"sh\n", *([os.path.basename(self.spec.argv[0])[:15].encode() + b"\n"]
+                                               if self.spec.wrapped else [])}  # (sh: the namespace's init)
             while read_proc(f"/proc/{program}/comm") in wrappers:
                 children = [pid for pid in below if table[pid].ppid == program]
                 if len(children) != 1:
