@@ -646,11 +646,7 @@ def test_enter_comes_after_the_program_acted_on_the_text_before_it(term):
             "        if key in '\\r\\n':\n"
             "            termios.tcsetattr(0, termios.TCSADRAIN, saved); print('\\npicked', ''.join(applied)); sys.exit()\n"
             "        typed.put(key); os.write(1, key.encode())\n")
-    (term.path / "picker.py").write_text(code)
-    r, elapsed = term("python3 picker.py")
-    prompt(r, elapsed, "query> ")
-    r, _ = term("42")
-    assert r.wait_reason == "stdin_read" and "picked 42\n$ " in r.viewport, (r.wait_reason, r.viewport[-300:])
+    start_and_answer(term, "picker.py", code, "query> ", "42", "picked 42\n$ ")
     shell_gets_the_next_command(term)
 
 
