@@ -37,6 +37,19 @@ def resources() -> dict[str, int]:
             "zombies": zombies}
 
 
+def settled(before: dict, within: float = 10.0) -> dict:
+    """:func:`resources` once the thread count is back to ``before``'s (or after ``within`` seconds, with the
+    names of the threads still there): a close's scan for a gone shell's orphans runs in a thread of its own,
+    which ends just after the close has its answer - beside two CPU hogs, one was still there at the count."""
+    deadline = time.monotonic() + within
+    while threading.active_count() > before["threads"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    after = resources()
+    if after["threads"] > before["threads"]:
+        after["thread_names"] = sorted(t.name for t in threading.enumerate())
+    return after
+
+
 def one_cycle(tools: TerminalTools, agent: Agent, i: int) -> None:
     sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
     r = tools.call("terminal_send", {"sessionId": sid, "text": f"echo cycle-{i}"}, agent=agent)
@@ -117,7 +130,7 @@ def main() -> dict:
     after_cycles = resources()
     cycle_seconds = time.monotonic() - started
     errors = mixed(args.minutes)
-    after = resources()
+    after = settled(before)
     report = {"cycles": args.cycles, "cycle_seconds": round(cycle_seconds, 1), "mixed_minutes": args.minutes,
               "before": before, "after_cycles": after_cycles, "after_mixed": after,
               "drift": {k: after[k] - before[k] for k in before}, "mixed_errors": errors}

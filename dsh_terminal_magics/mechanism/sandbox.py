@@ -154,11 +154,11 @@ class Sandbox:
 
 
 #: The namespace's init: a shell that runs the session's program as its child, reaps what is orphaned in the
-#: namespace, and exits with the program's status (a death by a signal as 128 + its number; as :func:`reaped`).  bubblewrap's own
-#: init (without ``--as-pid-1``) was left a zombie for pid 1 at every session's end - its monitor exits as soon
-#: as that init reports the command's end, before reaping it - and an init that does not reap (in a container,
-#: often the notebook server itself) keeps those for ever.  The program itself as the namespace's init would
-#: take no signal from inside that it does not catch (``kill -9 $$`` did nothing).
+#: namespace, and exits with the program's status (a death by a signal as 128 + its number; as :func:`reaped`).
+#: bubblewrap's own init (without ``--as-pid-1``) was left a zombie for pid 1 at every session's end - its
+#: monitor exits as soon as that init reports the command's end, before reaping it - and an init that does not
+#: reap (in a container, often the notebook server itself) keeps those for ever.  The program itself as the
+#: namespace's init would take no signal from inside that it does not catch (``kill -9 $$`` did nothing).
 _INIT = ("/bin/sh", "-c", REAPER_SCRIPT, "sh")
 
 #: The directories where version control keeps a repository's own files, hooks and config among them.

@@ -644,7 +644,8 @@ def test_enter_comes_after_the_program_acted_on_the_text_before_it(term):
             "while True:\n"
             "    for key in os.read(0, 64).decode():\n"
             "        if key in '\\r\\n':\n"
-            "            termios.tcsetattr(0, termios.TCSADRAIN, saved); print('\\npicked', ''.join(applied)); sys.exit()\n"
+            "            termios.tcsetattr(0, termios.TCSADRAIN, saved)\n"
+            "            print('\\npicked', ''.join(applied)); sys.exit()\n"
             "        typed.put(key); os.write(1, key.encode())\n")
     start_and_answer(term, "picker.py", code, "query> ", "42", "picked 42\n$ ")
     shell_gets_the_next_command(term)
