@@ -112,6 +112,20 @@ def _many_agents(m: dict) -> str:
     return "\n".join(lines)
 
 
+PEXPECT_WARMED = "pexpect right after another child's round trip ms"
+
+
+def _cold_send(c: dict) -> str:
+    """The line on what going cold costs a send, and which part of it warms it up."""
+    idle = f"{c['idle_s'] * 1000:.0f} ms"
+    return (f"- **A send after {idle} of idling** (`echo hi`, median): ours {_ms(c['ours after idling ms'])} ms; "
+            f"right after a send to another session {_ms(c['ours right after a send to another session ms'])} ms; "
+            f"after the caller spun its CPU for 1 ms first {_ms(c['ours after the caller spun 1 ms ms'])} ms. "
+            f"pexpect {_ms(c['pexpect after idling ms'])} ms, right after another child's round trip "
+            f"{_ms(c[PEXPECT_WARMED])} ms. What goes cold is "
+            "the code and data a send runs through, not the CPU: the longer the path, the more it pays.")
+
+
 def _under_load(r: dict) -> str:
     """Idling's cost on this machine, another agent's sends during floods and session churn, and detection."""
     idle, flood, busy, q = r["idle_costs"], r["hostile_flood"], r["busy_host"], r["readiness"]
@@ -123,6 +137,7 @@ def _under_load(r: dict) -> str:
         f"{_ms(idle['wake after 10 ms idle ms'])} ms after 10 ms; the same unit of interpreter work takes "
         f"{_ms(idle['work after 10 ms asleep ms'])} ms right after its thread slept 10 ms against "
         f"{_ms(idle['work back to back ms'])} ms back to back ({idle['cold_work_factor']:.2f}x slower cold).",
+        _cold_send(r["cold_send"]),
         f"- **Another agent's flood** (a program rewriting a line flat out), while an agent sends `echo hi` every "
         f"10 ms: {_ms(flood['during the flood']['median_ms'])} ms (p95 {_ms(flood['during the flood']['p95_ms'])})"
         f" against {_ms(flood['quiet']['median_ms'])} ms quiet"

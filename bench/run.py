@@ -124,6 +124,51 @@ def bench_idle_costs(reps: int) -> dict:
     return {**med, "cold_work_factor": med["work after 10 ms asleep ms"] / med["work back to back ms"]}
 
 
+def bench_cold_send(reps: int, idle: float = 0.1) -> dict:
+    """What going cold costs a send, and where: ``echo hi`` after ``idle`` seconds with nothing done, right after
+    a send to another session (the same path just ran), and after the caller spun its CPU for 1 ms (the CPU is
+    awake, our code is not); pexpect after the same idling and right after a round trip on another child.
+    Interleaved, ``reps`` each."""
+    tools = TerminalTools()
+    agent = Agent("bench-cold")
+    sids = [tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id for _ in range(2)]
+    children = [PexpectPrompt("shell"), PexpectPrompt("shell")]
+
+    def ours(sid: str) -> Callable[[], object]:
+        return lambda: tools.call("terminal_send", {"sessionId": sid, "text": "echo hi"}, agent=agent)
+
+    def spin() -> None:
+        until = time.perf_counter() + 0.001
+        while time.perf_counter() < until:
+            pass
+
+    modes: dict[str, tuple[Callable[[], object] | None, Callable[[], object]]] = {
+        "ours after idling": (None, ours(sids[0])),
+        "ours right after a send to another session": (ours(sids[1]), ours(sids[0])),
+        "ours after the caller spun 1 ms": (spin, ours(sids[0])),
+        "pexpect after idling": (None, lambda: children[0].round_trip("echo hi")),
+        "pexpect right after another child's round trip": (lambda: children[1].round_trip("echo hi"),
+                                                           lambda: children[0].round_trip("echo hi")),
+    }
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    order = list(modes)
+    rnd = random.Random(16)
+    for _ in range(reps):
+        rnd.shuffle(order)
+        for name in order:
+            before, measured = modes[name]
+            time.sleep(idle)
+            if before is not None:
+                before()
+            started = time.perf_counter()
+            measured()
+            times[name].append(time.perf_counter() - started)
+    for child in children:
+        child.close()
+    tools.shutdown()
+    return {"idle_s": idle, **{f"{k} ms": statistics.median(v) * 1000 for k, v in times.items()}}
+
+
 # -- round trip ---------------------------------------------------------------------------------
 def interleave(methods: dict[str, Callable[[], object]], reps: int, seed: int = 16) -> dict[str, list[float]]:
     """Time every method ``reps`` times, running each once per round in an order shuffled anew each round
@@ -993,6 +1038,7 @@ def main() -> int:
     }
     results["idle_costs"] = bench_idle_costs(20 if q else 200)
     results["round_trip"] = bench_round_trip(24 if q else 400)
+    results["cold_send"] = bench_cold_send(5 if q else 40)
     results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
     results["scale"] = bench_scale(20 if q else 200, 1 if q else 3)
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
