@@ -706,12 +706,36 @@ class TerminalMagics(Magics):
 
 _LOADED: dict[int, TerminalMagics] = {}
 
+#: A line of one of our line magics, with arguments that end in ``?`` (optionally ``r = %term_send ...``).
+_QUESTION_LINE = re.compile(r"(?P<indent>[ \t]*)(?P<assign>[A-Za-z_][\w.]*\s*=\s*)?%(?P<name>\w+)[ \t]+"
+                            r"(?P<args>\S.*\?)[ \t]*(?P<end>\r?\n?)")
+
+
+def keep_question_marks(lines: list[str]) -> list[str]:
+    """An IPython input transformer (run before IPython's own): a line of our line magics whose text ends in
+    ``?`` runs the magic with that text.  IPython reads a line ending in ``word?`` as a request for help on
+    ``word``, wherever it is: ``%term_send ls file?`` asked for help on ``file`` ("Object `file` not found")
+    and sent nothing.  ``%term_send?`` (no text) is still the magic's help.  A cell with a triple-quoted
+    string before the line is left to IPython (the line may be inside the string)."""
+    ours = set(TerminalMagics.magics["line"])
+    out: list[str] = []
+    for line in lines:
+        match = _QUESTION_LINE.fullmatch(line)
+        quoted = any('"""' in before or "'''" in before for before in out)
+        if match is None or match["name"] not in ours or quoted:
+            out.append(line)
+            continue
+        call = f"get_ipython().run_line_magic({match['name']!r}, {match['args']!r})"
+        out.append(f"{match['indent']}{match['assign'] or ''}{call}{match['end']}")
+    return out
+
 
 def load_extension(ipython: Any) -> None:
     if id(ipython) in _LOADED:
         return
     magics = TerminalMagics(shell=ipython)
     ipython.register_magics(magics)
+    ipython.input_transformers_cleanup.append(keep_question_marks)
     _LOADED[id(ipython)] = magics
 
 
@@ -723,6 +747,8 @@ def unload_extension(ipython: Any) -> None:
         return
     magics.close()
     shutdown_all()
+    if keep_question_marks in ipython.input_transformers_cleanup:
+        ipython.input_transformers_cleanup.remove(keep_question_marks)
     table = ipython.magics_manager.magics
     for kind, names in type(magics).magics.items():
         for name in names:
@@ -737,4 +763,5 @@ def loaded_magics(ipython: Any) -> TerminalMagics | None:
     return _LOADED.get(id(ipython))
 
 
-__all__ = ["TerminalMagics", "load_extension", "loaded_magics", "split_options", "unload_extension"]
+__all__ = ["TerminalMagics", "keep_question_marks", "load_extension", "loaded_magics", "split_options",
+           "unload_extension"]

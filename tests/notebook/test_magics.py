@@ -8,7 +8,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from dsh_terminal_magics import Agent, TerminalError
-from dsh_terminal_magics.notebook.magics import TerminalMagics, split_options
+from dsh_terminal_magics.notebook.magics import TerminalMagics, keep_question_marks, split_options
 
 MAGIC_NAMES = TerminalMagics.magics
 
@@ -30,6 +30,7 @@ def test_load_prints_nothing_and_unload_closes_everything(capsys):
     assert not session_processes()
     for name in MAGIC_NAMES["line"]:
         assert name not in shell.magics_manager.magics["line"]
+    assert keep_question_marks not in shell.input_transformers_cleanup
 
 
 def test_help_is_argparse_with_examples(ip):
@@ -51,6 +52,21 @@ def test_text_is_sent_exactly_as_typed(ip, capsys):
     assert repr(r) == "[wait: stdin_read | exit: 0 | session: running]"
     r = ip.run_line_magic("term_send", "-- -n hi")
     assert r.exit_code == 127  # bash: -n: command not found
+
+
+def test_text_ending_in_a_question_mark_is_sent_not_taken_for_help(ip, capsys):
+    """IPython reads a line ending in ``word?`` as help on ``word``: the magic's text must still be sent."""
+    ip.run_line_magic("term_open", "")
+    capsys.readouterr()
+    r = ip.run_cell("%term_send echo is it an option?").result
+    assert r is not None and r.exit_code == 0 and "is it an option?\n" in capsys.readouterr().out
+    ip.run_cell("r = %term_send ls -d /bi?\nfor i in range(1):\n    %term_send echo loop $i?")
+    assert "/bin\n" in ip.user_ns["r"].viewport
+    assert "loop ?\n" in capsys.readouterr().out  # ($i is the shell's, unset; ? matches no file)
+    assert ip.run_cell("%term_send?").result is None  # the magic's own help, as before
+    assert "%term_send [-s SESSION]" in capsys.readouterr().out
+    ip.run_cell('s = """\n%term_send echo inside?\n"""')  # a line inside a string stays as it was
+    assert ip.user_ns["s"] == "\n%term_send echo inside?\n"
 
 
 def test_cell_send_and_lines_with_a_python_repl(ip, capsys):
