@@ -715,8 +715,10 @@ def keep_question_marks(lines: list[str]) -> list[str]:
     """An IPython input transformer (run before IPython's own): a line of our line magics whose text ends in
     ``?`` runs the magic with that text.  IPython reads a line ending in ``word?`` as a request for help on
     ``word``, wherever it is: ``%term_send ls file?`` asked for help on ``file`` ("Object `file` not found")
-    and sent nothing.  ``%term_send?`` (no text) is still the magic's help.  A cell with a triple-quoted
-    string before the line is left to IPython (the line may be inside the string)."""
+    and sent nothing.  ``%term_send?`` (no text) is still the magic's help.  A cell magic's cell is left as
+    it is (its body is its text), and so is a line after a triple-quoted string (it may be inside it)."""
+    if lines and lines[0].lstrip().startswith("%%"):
+        return lines
     ours = set(TerminalMagics.magics["line"])
     out: list[str] = []
     for line in lines:

@@ -65,6 +65,9 @@ def test_text_ending_in_a_question_mark_is_sent_not_taken_for_help(ip, capsys):
     assert "loop ?\n" in capsys.readouterr().out  # ($i is the shell's, unset; ? matches no file)
     assert ip.run_cell("%term_send?").result is None  # the magic's own help, as before
     assert "%term_send [-s SESSION]" in capsys.readouterr().out
+    ip.run_cell("%%term_send\n%term_send echo body?")  # a cell magic's body is its text, as typed
+    out = capsys.readouterr().out
+    assert "$ %term_send echo body?\n" in out and "run_line_magic" not in out
     ip.run_cell('s = """\n%term_send echo inside?\n"""')  # a line inside a string stays as it was
     assert ip.user_ns["s"] == "\n%term_send echo inside?\n"
 
