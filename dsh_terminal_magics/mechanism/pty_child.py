@@ -201,6 +201,8 @@ class PtyChild:
         self._exit_watch: dict[int, int] = {}
         #: Bytes the next readable event reads at most (see :data:`TURN_BUDGET`).
         self._batch_bytes = 1 << 20
+        #: Whether the last read stopped at its turn's budget with output left to read (a flood).
+        self.output_waiting = False
         os.set_blocking(proc.fd, False)
         try:
             self.tty_path = os.readlink(f"/proc/{proc.pid}/fd/0")  # the child's end: /dev/pts/N
@@ -232,7 +234,11 @@ class PtyChild:
         was any.  The time passing it on took sizes the next batch of :meth:`_on_readable`."""
         chunks: list[bytes] = []
         size = 0
-        while len(chunks) < MAX_READS and size < limit:
+        self.output_waiting = False
+        while True:
+            if len(chunks) >= MAX_READS or size >= limit:
+                self.output_waiting = True  # (this turn's budget is spent: the rest is read next turn)
+                break
             try:
                 data = os.read(self.master_fd, min(65536, limit - size))
             except BlockingIOError:

@@ -75,7 +75,7 @@ class ScreenTracker:
         a program leaves the alternate screen in it and goes on drawing the main screen - up to the switch
         and after it (``dialog``: curses' start-up switches there and back, then it draws by cursor
         addressing; when both came in one read, the drawing was taken for text) - else one."""
-        if b"\x1b[?" not in data and b"\x1bc" not in data:
+        if b"\x1b" not in data or (b"\x1b[?" not in data and b"\x1bc" not in data):  # (memchr first)
             return (data,)
         last = None
         for last in _SCREEN_SWITCH.finditer(data):
@@ -99,7 +99,8 @@ class ScreenTracker:
                 return len(data)
             self._stop_drawing()
             return _last_restore_end(data)
-        if self.alternate or self._normalizer.alternate or b"\x1b[" not in data or _SCREEN_SWITCH.search(data) \
+        if self.alternate or self._normalizer.alternate or b"\x1b" not in data or b"\x1b[" not in data \
+                or _SCREEN_SWITCH.search(data) \
                 or not _CURSOR_ADDRESSING.search(data):
             return 0
         group = foreground()

@@ -113,7 +113,7 @@ class TerminalReplies:
 
     def scan(self, data: bytes, offset: int) -> bytes:
         """The replies to the queries in ``data`` (which starts at absolute raw offset ``offset``)."""
-        if not self._carry and data.count(b"\x1b") == data.count(b"\x1b]133;D"):
+        if not self._carry and (b"\x1b" not in data or data.count(b"\x1b") == data.count(b"\x1b]133;D")):
             return b""  # no escape, or only a shell's exit-code markers: nothing asked
         text = self._carry + data
         base = offset - len(self._carry)

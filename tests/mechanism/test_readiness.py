@@ -220,6 +220,21 @@ def test_python_input_prompt(manager, agent, shell):
     assert "hi Ada" in r.viewport
 
 
+def test_the_prompt_is_seen_through_a_background_jobs_flood(manager, agent, shell, monkeypatch):
+    """While output is left to read the program is looked at less often (a flood's batches), but still looked
+    at: a background job printing flat out does not hide the shell's prompt until the send's idle window.
+    (One read a turn: every batch leaves output to read, as when the loop falls behind a flood.)"""
+    from dsh_terminal_magics.mechanism import pty_child
+    monkeypatch.setattr(pty_child, "MAX_READS", 1)
+    send(manager, agent, shell, "yes flooding | head -c 200000000 &")
+    try:
+        for _ in range(3):
+            r = send(manager, agent, shell, "echo marker-$((40+2))", timeout=20, idle=20)
+            assert r.wait_reason == "stdin_read", r.wait_reason
+    finally:
+        send(manager, agent, shell, "kill %1; wait", timeout=20)
+
+
 def test_sleep_is_never_mistaken_for_a_prompt(manager, agent, shell):
     r = send(manager, agent, shell, "sleep 2")
     assert r.wait_reason == "stdin_read"
