@@ -90,7 +90,7 @@ class ShellBackend:
         # A python3 started in the shell gets the python session's REPL (blocks run whole: see python_rc.py),
         # unless the kernel's environment names a start-up file of its own.
         env = {} if os.environ.get("PYTHONSTARTUP") else {"PYTHONSTARTUP": _package_file("python_rc.py")}
-        return LaunchSpec([bash, "--noprofile", "--rcfile", rc, "-i"], env,
+        return LaunchSpec([bash, "--noprofile", "--rcfile", rc, "-i"], {**env, **readline_env()},
                           f"bash {_bash_version(bash)} shell; prompt '$ '; exit codes reported")
 
 
@@ -100,13 +100,21 @@ class PythonBackend:
     name = "python"
 
     def launch(self, cwd: str) -> LaunchSpec:
-        env = {"PYTHON_BASIC_REPL": "1", "PYTHONSTARTUP": _package_file("python_rc.py"), "PYTHONINSPECT": ""}
+        env = {"PYTHON_BASIC_REPL": "1", "PYTHONSTARTUP": _package_file("python_rc.py"), "PYTHONINSPECT": "",
+               **readline_env()}
         version = ".".join(map(str, sys.version_info[:3]))
         argv, wrapped = reaped([sys.executable, "-q", "-i"])
         return LaunchSpec(argv, env, f"python {version} REPL; prompt '>>> '", wrapped)
 
 
 _BASH_VERSION: dict[str, str] = {}
+
+
+def readline_env() -> dict[str, str]:
+    """``INPUTRC`` for a session: the one the kernel's environment names, else ours (the system's settings
+    without ``~/.inputrc``: see the file).  With a user's ``set editing-mode vi``, an agent's Esc then text ran
+    the text as vi commands in the shell's line editor."""
+    return {"INPUTRC": os.environ.get("INPUTRC") or _package_file("inputrc")}
 
 
 @functools.lru_cache(maxsize=16)

@@ -9,6 +9,7 @@ import pytest
 from dsh_terminal_magics import Agent
 from dsh_terminal_magics.errors import BackendError
 from dsh_terminal_magics.mechanism import BackendRegistry, SendRequest, SessionManager
+from dsh_terminal_magics.mechanism.backends import readline_env
 from tests.conftest import wait_for
 
 
@@ -96,3 +97,34 @@ def test_the_python_session_is_back_on_the_main_screen_at_its_prompt(manager, ag
         assert r.viewport.splitlines()[-2:] == ["forged", ">>> "] and r.exit_code is None, r
     finally:
         manager.sync.close(agent, info.session_id)
+
+
+def _session_send(manager, agent, kind, text):
+    sid = manager.sync.open(agent, kind).session_id
+    try:
+        return manager.sync.send(agent, sid, SendRequest(text))
+    finally:
+        manager.sync.close(agent, sid)
+
+
+def test_sessions_read_the_systems_readline_settings_not_the_users(manager, agent, tmp_path, monkeypatch):
+    """A user's ``~/.inputrc`` with vi mode made an agent's Esc, then ``echo hi``, run ``o hi`` (the text taken
+    for vi commands), and ``show-mode-in-prompt`` changed the fixed prompt; sessions read ours (the system's
+    ``/etc/inputrc`` and nothing of the user's), in the shell and in the python REPL alike."""
+    (tmp_path / ".inputrc").write_text("set editing-mode vi\nset show-mode-in-prompt on\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("INPUTRC", raising=False)
+    r = _session_send(manager, agent, "shell", "bind -v | grep -E 'editing-mode|show-mode-in-prompt'")
+    assert "set editing-mode emacs" in r.viewport and "set show-mode-in-prompt off" in r.viewport, r.viewport
+    assert r.viewport.startswith("$ bind"), r.viewport
+    ours = readline_env()["INPUTRC"]
+    assert open(ours).read().rstrip().endswith("$include /etc/inputrc")
+    r = _session_send(manager, agent, "python", "import os; print(os.environ['INPUTRC'])")
+    assert f"\n{ours}\n" in r.viewport, r.viewport
+
+
+def test_an_inputrc_the_kernels_environment_names_is_kept(manager, agent, tmp_path, monkeypatch):
+    (tmp_path / "mine.inputrc").write_text("set editing-mode vi\n")
+    monkeypatch.setenv("INPUTRC", str(tmp_path / "mine.inputrc"))
+    r = _session_send(manager, agent, "shell", "bind -v | grep editing-mode")
+    assert "set editing-mode vi" in r.viewport, r.viewport
