@@ -27,6 +27,30 @@ ESCAPE = re.compile(
 UNFINISHED = re.compile(r"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?|[ -/]*)\Z")
 #: An SGR (colour/attribute) sequence; group 1 is its parameters.
 SGR = re.compile(r"\x1b\[([0-9;:]*)m")
+#: An SGR sequence with ITU T.416 sub-parameters (``CSI 4:3 m``, ``CSI 38:2::255:0:0 m``).
+SGR_WITH_SUBPARAMETERS = re.compile(r"\x1b\[([0-9;]*:[0-9;:]*)m")
+
+
+def sgr_without_subparameters(params: str) -> str:
+    """SGR parameters with each colon group (``4:3``: an underline style; ``38:2:CS:R:G:B`` and ``38:5:N``: a
+    colour; ``58:...``: the underline's colour) as the plain parameters that say the same, or left out when
+    none does: ``4:0`` (no underline) is ``24``, any other underline style ``4``, colours ``38;2;R;G;B`` and
+    ``38;5;N``.  Taken one number at a time, ``4:0`` reset every attribute, ``4:3`` made text italic, and
+    ``38:2::255:0:0`` read its empty colour-space id as a colour value."""
+    kept: list[str] = []
+    for group in params.split(";"):
+        if ":" not in group:
+            kept.append(group)
+            continue
+        head, *subs = group.split(":")
+        if head == "4":
+            kept.append("24" if subs[:1] == ["0"] else "4")
+        elif head in ("38", "48") and subs[:1] == ["5"] and len(subs) >= 2:
+            kept.append(f"{head};5;{subs[1] or 0}")
+        elif head in ("38", "48") and subs[:1] == ["2"] and len(subs) >= 4:
+            red, green, blue = subs[-3:] if len(subs) == 4 else subs[2:5]  # (with or without a colour space)
+            kept.append(f"{head};2;{red or 0};{green or 0};{blue or 0}")
+    return ";".join(kept)
 
 DEFAULT_FG = "#e5e5e5"
 DEFAULT_BG = "#1e1e1e"

@@ -11,6 +11,7 @@ import codecs
 import copy
 import functools
 import operator
+import re
 import time
 import unicodedata
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from typing import Any, Callable, cast
 import pyte
 from wcwidth import wcwidth
 
+from ..ansi import SGR_WITH_SUBPARAMETERS, sgr_without_subparameters
 from .output import RawRing
 
 #: DEC private modes of the alternate screen.
@@ -278,6 +280,11 @@ class _Stream(pyte.Stream):
         """``ESC % G`` would turn the designations off again: our text is always decoded UTF-8."""
 
 
+def _plain_sgr(match: "re.Match[str]") -> str:
+    params = sgr_without_subparameters(match.group(1))
+    return f"\x1b[{params}m" if params else ""  # (nothing left: no sequence, not a reset)
+
+
 class ScreenModel:
     """A pyte screen following a session's raw output from an offset of its :class:`RawRing`."""
 
@@ -293,7 +300,11 @@ class ScreenModel:
         self.feed_text(self._decoder.decode(data))
 
     def feed_text(self, text: str) -> None:
-        """Feed text; a sequence pyte chokes on restarts its parser instead of breaking the screen."""
+        """Feed text; a sequence pyte chokes on restarts its parser instead of breaking the screen.  SGR
+        sub-parameters (``CSI 4:3 m``, an underline style) are given to pyte as the plain parameters that say
+        the same: pyte stops a sequence at a colon, and drew the rest of it (``3m``) as text."""
+        if ":" in text and "\x1b[" in text:
+            text = SGR_WITH_SUBPARAMETERS.sub(_plain_sgr, text)
         try:
             self.stream.feed(text)
         except Exception:

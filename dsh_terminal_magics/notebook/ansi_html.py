@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING
 
 from ..ansi import BASIC_COLOURS, DEFAULT_BG, DEFAULT_FG, OTHER_CONTROLS as _OTHER_CONTROLS, SGR as _SGR, \
-    has_row_marks, play_rows, render_line, sanitize_stream, xterm_256
+    has_row_marks, play_rows, render_line, sanitize_stream, sgr_without_subparameters, xterm_256
 
 if TYPE_CHECKING:
     import pyte
@@ -56,7 +56,11 @@ class _Style:
         self.bold = self.italic = self.underline = self.inverse = self.dim = False
 
     def apply(self, params: str) -> None:
-        parts = re.split(r"[;:]", params, maxsplit=MAX_SGR_PARAMS)[:MAX_SGR_PARAMS] if params else ["0"]
+        if ":" in params:
+            params = sgr_without_subparameters(params[:MAX_SGR_PARAMS * (MAX_SGR_DIGITS + 1)])
+            if not params:
+                return  # (only what is not shown: an underline's colour)
+        parts = params.split(";", MAX_SGR_PARAMS)[:MAX_SGR_PARAMS] if params else ["0"]
         codes = [int(p[:MAX_SGR_DIGITS]) if p.isdigit() else 0 for p in parts]
         i = 0
         while i < len(codes):

@@ -23,6 +23,21 @@ def test_giant_and_repeated_sgr_parameters_are_bounded():
     assert time.monotonic() - started < 5  # linear, not quadratic (a 200k-parameter sequence)
 
 
+def test_sgr_sub_parameters_say_what_they_mean():
+    """ITU T.416 sub-parameters (kitty's underline styles, colon colours) were read one number at a time:
+    ``4:0`` (no underline) reset every attribute, ``4:3`` (curly underline) made text italic."""
+    html = ansi_to_html("\x1b[1;4:3mcurly\x1b[4:0mbold only\x1b[38:2::255:0:0mred\x1b[58:2::1:2:3mstill"
+                        "\x1b[48:5:21mblue bg")
+    assert '<span style="font-weight:bold;text-decoration:underline">curly</span>' in html
+    assert '<span style="font-weight:bold">bold only</span>' in html
+    assert '<span style="color:#ff0000;font-weight:bold">red</span>' in html
+    assert '<span style="color:#ff0000;font-weight:bold">still</span>' in html  # (an underline colour: no reset)
+    assert '<span style="color:#ff0000;background-color:#0000ff;font-weight:bold">blue bg</span>' in html
+    assert "italic" not in html
+    giant = "\x1b[" + ":".join(["4"] * 200_000) + "mtext"
+    assert ansi_to_html(giant).endswith("text</span>")
+
+
 def test_a_huge_coloured_screen_renders_within_its_budget():
     screen = pyte.Screen(1000, 500)
     stream = pyte.Stream(screen)

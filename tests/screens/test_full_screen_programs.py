@@ -56,6 +56,16 @@ def test_ncurses_line_drawing_shows_as_lines(manager, agent, shell, locale):
     assert r.screen is None and r.exit_code == 0
 
 
+def test_sgr_sub_parameters_are_attributes_not_text(manager, agent, shell):
+    """pyte stops a CSI sequence at a colon: a full-screen program's curly underline (``CSI 4:3 m``) or colon
+    colour drew the rest of the sequence (``3m``, ``2::255:0:0m``) on its screen as text."""
+    r = send(manager, agent, shell, "printf '\\e[?1049h\\e[H\\e[4:3mcurly\\e[4:0m \\e[38:2::255:0:0mred\\e[m end'; "
+                                    "read x; printf '\\e[?1049l'")
+    assert r.wait_reason == "stdin_read" and r.screen is not None, r
+    assert r.viewport.splitlines()[0] == "curly red end", r.viewport
+    send(manager, agent, shell, "")
+
+
 def test_ncurses_scrolling_and_tabs_move_the_screen(manager, agent, shell):
     """ncurses scrolls a window with SU (``CSI 3 S``) on xterm, which pyte lacked: the screen the model read
     still showed the lines before the scroll.  (SD, CHT and CBT were missing too.)"""
