@@ -280,6 +280,19 @@ class _Stream(pyte.Stream):
         """``ESC % G`` would turn the designations off again: our text is always decoded UTF-8."""
 
 
+#: What pyte cannot parse and a screen does not show, which pyte drew as text: SOS, PM and APC strings (kitty's
+#: graphics), and CSI sequences with a private marker other than ``?`` and ``>`` (kitty's keyboard modes, which
+#: fish 4, neovim and helix set and pop: ``CSI < u`` drew ``u``, ``CSI = 1;1 u`` drew ``1;1u``).  DCS strings and
+#: CSI sequences with an intermediate (``CSI ! p``) still reach pyte, which draws them: vim probes for that
+#: (``ESC P zz ST``, ``CSI 0 % m``, then the cursor position) and, when the cursor stays, asks the terminal for
+#: its modes (``CSI ? 12 $ p``), which the session does not answer - vim's start waited ~50 ms more for it.
+_UNPARSED = re.compile(r"\x1b[X^_][^\x1b]*\x1b\\|\x1b\[[0-?]*[<=][0-?]*[ -/]*[@-~]")
+#: A CSI sequence, an SOS/PM/APC string or an ESC unfinished at the end of a chunk: held for the next one, so
+#: that pyte sees it whole (at most :data:`MAX_HELD` characters; a longer string goes to pyte as it is).
+_UNFINISHED_TAIL = re.compile(r"\x1b(?:[X^_][^\x1b]*\x1b?|\[[0-?]*[ -/]*)?\Z")
+MAX_HELD = 4096
+
+
 def _plain_sgr(match: "re.Match[str]") -> str:
     params = sgr_without_subparameters(match.group(1))
     return f"\x1b[{params}m" if params else ""  # (nothing left: no sequence, not a reset)
@@ -292,6 +305,7 @@ class ScreenModel:
         self.screen = _Screen(cols, rows)
         self.stream = _Stream(self.screen, self._note_error)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._held = ""
         self.offset = offset
         self.resyncs = 0
         self.parser_errors = 0
@@ -302,9 +316,22 @@ class ScreenModel:
     def feed_text(self, text: str) -> None:
         """Feed text; a sequence pyte chokes on restarts its parser instead of breaking the screen.  SGR
         sub-parameters (``CSI 4:3 m``, an underline style) are given to pyte as the plain parameters that say
-        the same: pyte stops a sequence at a colon, and drew the rest of it (``3m``) as text."""
+        the same: pyte stops a sequence at a colon, and drew the rest of it (``3m``) as text.  Sequences it
+        cannot parse and no screen shows (:data:`_UNPARSED`) are left out, and a sequence unfinished at the end
+        waits for the rest."""
+        if self._held:
+            text, self._held = self._held + text, ""
+        if "\x1b" not in text:
+            self._feed_pyte(text)
+            return
+        tail = _UNFINISHED_TAIL.search(text, max(0, len(text) - MAX_HELD))
+        if tail is not None:
+            text, self._held = text[:tail.start()], tail.group()
         if ":" in text and "\x1b[" in text:
             text = SGR_WITH_SUBPARAMETERS.sub(_plain_sgr, text)
+        self._feed_pyte(_UNPARSED.sub("", text))
+
+    def _feed_pyte(self, text: str) -> None:
         try:
             self.stream.feed(text)
         except Exception:
@@ -328,6 +355,7 @@ class ScreenModel:
             self.resyncs += 1
             self.screen.reset()
             self._decoder.reset()
+            self._held = ""
             cut = len(data) - RESYNC_TAIL
             self.offset += lost + cut
             data = data[cut:]

@@ -66,6 +66,28 @@ def test_sgr_sub_parameters_are_attributes_not_text(manager, agent, shell):
     send(manager, agent, shell, "")
 
 
+def test_keyboard_modes_and_graphics_are_not_drawn(manager, agent, shell):
+    """kitty's keyboard modes (``CSI > 1 u`` push, ``CSI < u`` pop, ``CSI = 1;1 u`` set: fish 4, neovim, helix)
+    and an APC string (kitty's graphics) show nothing on a terminal; pyte drew ``u``, ``1;1u`` and the APC's
+    text on the screen."""
+    r = send(manager, agent, shell, "printf '\\e[?1049h\\e[HA\\e[>1uB\\e[<uC\\e[=1;1uD\\e_Gf=100;AAAA\\e\\\\E'; "
+                                    "read x; printf '\\e[?1049l'")
+    assert r.wait_reason == "stdin_read" and r.screen is not None, r
+    assert r.viewport.splitlines()[0] == "ABCDE", r.viewport
+    send(manager, agent, shell, "")
+
+
+def test_a_sequence_split_between_reads_reaches_the_screen_whole():
+    """The screen model is fed in slices (reads, and catch-up in pieces): a sequence cut between two is held
+    until the rest comes, so what is filtered or rewritten before pyte is seen whole."""
+    from dsh_terminal_magics.mechanism.screen import ScreenModel
+    model = ScreenModel(2, 20, 0)
+    for piece in [b"x\x1b_G54", b"4e\x1b", b"\\y\x1b[4:", b"3mz\x1b[<", b"uw"]:
+        model.feed(piece)
+    assert model.screen.display[0].rstrip() == "xyzw"
+    assert model.screen.buffer[0][2].underscore and not model.screen.buffer[0][1].underscore
+
+
 def test_ncurses_scrolling_and_tabs_move_the_screen(manager, agent, shell):
     """ncurses scrolls a window with SU (``CSI 3 S``) on xterm, which pyte lacked: the screen the model read
     still showed the lines before the scroll.  (SD, CHT and CBT were missing too.)"""
