@@ -861,6 +861,14 @@ def test_ctrl_c_in_the_python_session_interrupts_the_code_not_the_session(agent_
     assert r.wait_reason == "stdin_read" and "KeyboardInterrupt" in r.viewport, r
     r = tools.call("terminal_send", {"sessionId": sid, "text": "time.sleep(60)", "run_in_background": True},
                    agent=agent)
+    output: list[str] = []
+
+    def running() -> bool:  # (the REPL has taken the whole line: an interrupt while its line editor is part way
+        # through one is acted on only at the next Enter - the next send's line, as on any terminal)
+        output.append(tools.call("job_output", {"jobId": r.job_id}, agent=agent).output)
+        return "time.sleep(60)\n" in "".join(output)
+
+    wait_for(running, timeout=30)
     tools.call("job_kill", {"jobId": r.job_id}, agent=agent)
     r = send("print(6*7)")
     assert r.session_status == "running" and "42" in r.viewport, r
