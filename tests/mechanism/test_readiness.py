@@ -304,7 +304,7 @@ def test_looks_back_to_back_let_the_program_have_the_cpu(manager, agent, shell, 
             send(manager, agent, shell, "", keys=["C-d"], submit=False)
     finally:
         os.sched_setaffinity(loop_thread, allowed)
-    assert looks[0] <= 300, looks  # (20 sends; it was 1500-3000 when the looks kept the CPU)
+    assert looks[0] <= 600, looks  # (20 sends; 20-300 here, and 1500-3000 when the looks kept the CPU)
 
 
 def test_cpu_loop_times_out(manager, agent, shell):
