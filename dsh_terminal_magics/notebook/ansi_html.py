@@ -8,7 +8,6 @@ escapes every character of text before it becomes HTML.
 from __future__ import annotations
 
 import html
-import re
 from typing import TYPE_CHECKING
 
 from ..ansi import BASIC_COLOURS, DEFAULT_BG, DEFAULT_FG, OTHER_CONTROLS as _OTHER_CONTROLS, SGR as _SGR, \

@@ -721,14 +721,14 @@ def keep_question_marks(lines: list[str]) -> list[str]:
         return lines
     ours = set(TerminalMagics.magics["line"])
     out: list[str] = []
+    quoted = False  # (a line so far held a triple quote)
     for line in lines:
         match = _QUESTION_LINE.fullmatch(line)
-        quoted = any('"""' in before or "'''" in before for before in out)
-        if match is None or match["name"] not in ours or quoted:
-            out.append(line)
-            continue
-        call = f"get_ipython().run_line_magic({match['name']!r}, {match['args']!r})"
-        out.append(f"{match['indent']}{match['assign'] or ''}{call}{match['end']}")
+        if match is not None and match["name"] in ours and not quoted:
+            call = f"get_ipython().run_line_magic({match['name']!r}, {match['args']!r})"
+            line = f"{match['indent']}{match['assign'] or ''}{call}{match['end']}"
+        out.append(line)
+        quoted = quoted or '"""' in line or "'''" in line
     return out
 
 
