@@ -123,8 +123,8 @@ class SendRequest:
     """What to write and how long to wait.
 
     ``text`` is written as is (its CRLF line ends as LF: a CR then an LF
-    were two line ends, an empty command after each line), plus Enter, a
-    CR, when ``submit``, then the named ``keys``.  The wait ends at the
+    were two line ends, an empty command after each line), then the named
+    ``keys``, then Enter, a CR, when ``submit``.  The wait ends at the
     first of: the program reads the tty
     again (``stdin_read``), ``idle`` seconds without output
     (``inferred_idle``), ``timeout`` seconds from the start, the write

@@ -271,12 +271,14 @@ class TerminalMagics(Magics):
 
     @magic_arguments()
     @session_option
-    @argument("--no-submit", action="store_true", help="Do not press Enter after the text.")
+    @argument("--no-submit", action="store_true", help="Do not press Enter after the text (with --keys, none is "
+                                                       "pressed unless named among them).")
     @argument("--timeout", type=float, default=None, help="Most seconds to wait (default: %%config timeout).")
     @argument("--idle", type=float, default=None, help="Seconds of silence that end the wait.")
     @argument("--bg", action="store_true", help="Run as a background job; returns the job id at once.")
     @argument("--lines", action="store_true", help="Cell mode: send line by line, waiting for each prompt.")
-    @argument("--keys", default=None, help="Named keys sent after the text, comma-separated (Esc,:,w,q,Enter).")
+    @argument("--keys", default=None, help="Named keys sent after the text, comma-separated (Esc,:,w,q,Enter); "
+                                           "no Enter follows them unless named.")
     @agent_option
     @no_var_expand
     @line_cell_magic
@@ -299,7 +301,7 @@ class TerminalMagics(Magics):
                ...:
                ...: print(f(21))
             In [5]: %term_send --bg make -j2
-            In [6]: %term_send --no-submit --keys Esc,:,w,q,Enter
+            In [6]: %term_send --keys Esc,:,w,q,Enter
         """
         tokens, text = split_options(line, self.term_send.parser)
         args = parse_argstring(self.term_send, " ".join(tokens))
@@ -313,19 +315,21 @@ class TerminalMagics(Magics):
         idle = args.idle if args.idle is not None else self.idle
         keys = tuple(k for k in (args.keys or "").split(",") if k)
         if args.bg:
-            return self._send_background(owner, sid, text, not args.no_submit, timeout, idle, keys)
+            return self._send_background(owner, sid, text, args.no_submit, timeout, idle, keys)
         pieces = text.split("\n") if (args.lines and cell is not None) else [text]
-        return self._send_foreground(owner, sid, pieces, not args.no_submit, timeout, idle, keys)
+        return self._send_foreground(owner, sid, pieces, args.no_submit, timeout, idle, keys)
 
-    def _send_foreground(self, owner: Agent, sid: str, pieces: list[str], submit: bool, timeout: float,
+    def _send_foreground(self, owner: Agent, sid: str, pieces: list[str], no_submit: bool, timeout: float,
                          idle: float, keys: tuple[str, ...] = ()) -> TermResult:
         """Each piece is one ``terminal_send`` through the tools (policies, observers and limits included),
-        its output streamed into the cell as it arrives."""
+        its output streamed into the cell as it arrives.  Without ``no_submit`` a piece gets the tool's default
+        Enter: after the text, not after named keys."""
         stream = CellStream(self._write, self.stream_limit)
         res: Any = None
         for index, piece in enumerate(pieces):
-            call: dict[str, Any] = {"sessionId": sid, "text": piece, "submit": submit, "timeout": timeout,
-                                    "idle": idle}
+            call: dict[str, Any] = {"sessionId": sid, "text": piece, "timeout": timeout, "idle": idle}
+            if no_submit:
+                call["submit"] = False
             if keys and index == len(pieces) - 1:
                 call["keys"] = list(keys)
             res = self.tools.call("terminal_send", call, agent=owner, on_output=stream.write,
@@ -344,10 +348,12 @@ class TerminalMagics(Magics):
             text += f" [screen {res.screen.rows}x{res.screen.cols}]"
         return TermResult(res, text, footer_html(text, res.wait_reason))
 
-    def _send_background(self, owner: Agent, sid: str, text: str, submit: bool, timeout: float,
+    def _send_background(self, owner: Agent, sid: str, text: str, no_submit: bool, timeout: float,
                          idle: float, keys: tuple[str, ...] = ()) -> TermResult:
-        call: dict[str, Any] = {"sessionId": sid, "text": text, "submit": submit, "timeout": timeout,
-                                "idle": idle, "run_in_background": True}
+        call: dict[str, Any] = {"sessionId": sid, "text": text, "timeout": timeout, "idle": idle,
+                                "run_in_background": True}
+        if no_submit:
+            call["submit"] = False
         if keys:
             call["keys"] = list(keys)
         res = self._call("terminal_send", call, owner)

@@ -39,9 +39,11 @@ class ToolContext:
 
 
 def send_request(a: SendArgsForeground, cap: int) -> SendRequest:
-    """The mechanism request for validated send arguments."""
-    return SendRequest(a.text, a.submit, float(a.timeout), float(a.idle), viewport_bytes=cap,
-                       keys=tuple(getattr(a, "keys", None) or ()))
+    """The mechanism request for validated send arguments.  With named keys, ``submit`` defaults to false: a
+    send of ``Down`` to a menu presses Down, not Down and then Enter (which picks the item below)."""
+    keys = tuple(getattr(a, "keys", None) or ())
+    submit = a.submit if a.submit is not None else not keys
+    return SendRequest(a.text, submit, float(a.timeout), float(a.idle), viewport_bytes=cap, keys=keys)
 
 
 def foreground_result(r: SendResult) -> ForegroundSendResult:

@@ -88,6 +88,10 @@ _KEYS_DOC = ("Extra: named keys sent after the text, in order: Enter, Tab, Esc, 
              "C- (control), S- (shift), M- (meta): C-c, C-Space, S-Tab, C-Left, M-x.")
 
 
+_SUBMIT_WITH_KEYS_DOC = ("Press Enter after the text and keys. Default: true without keys, false with keys (they "
+                         "are pressed as named: list Enter among them, or set this true, to press it too).")
+
+
 class SendArgs(SendArgsForeground):
     """Write input to a terminal session and wait (foreground), or start a background job (background)."""
 
@@ -99,6 +103,7 @@ class SendArgsKeysForeground(SendArgsForeground):
     goes quiet, times out or exits."""
 
     keys: Optional[list[StrictStr]] = Field(None, max_length=1000, description=_KEYS_DOC)
+    submit: Optional[StrictBool] = Field(None, description=_SUBMIT_WITH_KEYS_DOC)  # type: ignore[assignment]
 
 
 class SendArgsKeys(SendArgsKeysForeground):

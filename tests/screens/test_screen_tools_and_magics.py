@@ -43,6 +43,44 @@ def _keys_resize_and_record(tools, agent, tmp_path):
     tools.call("terminal_send", {"sessionId": sid, "text": "q", "submit": False}, agent=agent)
 
 
+# A reader of single keys that reports what it got: the Enter a send adds after its keys would end its read early.
+TWO_KEYS = "read -rn2 k; echo \"<$k>\""
+
+
+def test_named_keys_are_pressed_without_an_enter_unless_asked(agent):
+    from dsh_terminal_magics import TerminalTools
+    tools = TerminalTools()
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        for keys, submit, expected in ((["a"], None, None), (["a", "Enter"], None, "<a>"), (["a"], True, "<a>"),
+                                       (["a", "b"], None, "<ab>")):
+            tools.call("terminal_send", {"sessionId": sid, "text": TWO_KEYS}, agent=agent)
+            call = {"sessionId": sid, "text": "", "keys": keys, **({} if submit is None else {"submit": submit})}
+            r = tools.call("terminal_send", call, agent=agent)
+            assert r.wait_reason == "stdin_read", (keys, submit, r)
+            if expected is None:  # (read still waits for its second key: the send pressed no Enter)
+                assert "<" not in r.viewport, (keys, r.viewport)
+                r = tools.call("terminal_send", {"sessionId": sid, "text": "", "keys": ["b"]}, agent=agent)
+                expected = "<ab>"
+            assert expected in r.viewport and r.viewport.rstrip().endswith("$"), (keys, submit, r.viewport)
+        # Text alone still gets its Enter.
+        assert tools.call("terminal_send", {"sessionId": sid, "text": "echo done"}, agent=agent).exit_code == 0
+    finally:
+        tools.shutdown()
+
+
+def test_magic_keys_press_no_enter_unless_named(ip):
+    ip.run_line_magic("term_open", "")
+    ip.run_line_magic("term_send", TWO_KEYS)
+    r = ip.run_line_magic("term_send", "--keys x")
+    assert r.wait_reason == "stdin_read" and "<" not in r.viewport
+    assert "<xy>" in ip.run_line_magic("term_send", "--keys y").viewport
+    ip.run_line_magic("term_send", TWO_KEYS)
+    assert "<z>" in ip.run_line_magic("term_send", "--keys z,Enter").viewport
+    r = ip.run_line_magic("term_send", "echo after")
+    assert r.exit_code == 0 and "after" in r.viewport
+
+
 def test_magics_keys_resize_record_replay(ip, capsys, tmp_path):
     ip.run_line_magic("term_open", "")
     r = ip.run_line_magic("term_send", "--no-submit --keys Left,Left,Y,Enter echo xyz")
