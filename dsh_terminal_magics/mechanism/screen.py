@@ -36,6 +36,11 @@ MIN_SLICE = 64
 #: the next catch-up goes on from there.  pyte takes ~2 MB/s of ordinary output, so :data:`RESYNC_BYTES`
 #: of it fits well within; a flood of costly sequences does not hold the loop longer.
 MAX_CATCH_UP_SECONDS = 0.5
+#: Most code points one cell holds: zero-width characters past it are left out, as terminals cap the marks
+#: they stack on a character.  Each one joined re-forms the cell's text, so a flood of combining marks on
+#: one character cost the square of its length (32 KB of them took 3 s of the loop); an emoji sequence
+#: (a family with its joiners, a flag's tags) is well within.
+MAX_CELL_CODE_POINTS = 32
 
 @dataclass(frozen=True)
 class ScreenSnapshot:
@@ -112,7 +117,8 @@ class _Screen(pyte.Screen):
 
     def _join_previous(self, char: str) -> None:
         """Add a zero-width ``char`` to the character before the cursor (on the line above at its start), as
-        pyte does with a combining mark; one of no width (``wcwidth`` -1) is left out."""
+        pyte does with a combining mark, up to :data:`MAX_CELL_CODE_POINTS`; one of no width (``wcwidth`` -1)
+        is left out."""
         if wcwidth(char) != 0:
             return
         y, x = self.cursor.y, self.cursor.x
@@ -123,6 +129,8 @@ class _Screen(pyte.Screen):
         line = self.buffer[y]
         if x >= 2 and not line[x - 1].data:
             x -= 1  # (the second column of a wide character: the character is in the first)
+        if len(line[x - 1].data) >= MAX_CELL_CODE_POINTS:
+            return
         line[x - 1] = line[x - 1]._replace(data=unicodedata.normalize("NFC", line[x - 1].data + char))
         self.dirty.add(y)
 

@@ -88,6 +88,18 @@ def test_a_sequence_split_between_reads_reaches_the_screen_whole():
     assert model.screen.buffer[0][2].underscore and not model.screen.buffer[0][1].underscore
 
 
+def test_marks_stacked_on_one_character_are_capped():
+    """Each zero-width character joined to a cell re-forms the cell's text: 32 KB of combining marks on one
+    character took 3 s of the kernel's loop, and twice that four times as long.  A cell keeps at most
+    :data:`MAX_CELL_CODE_POINTS` code points, as terminals cap the marks they stack; what follows is drawn."""
+    from dsh_terminal_magics.mechanism.screen import MAX_CELL_CODE_POINTS, ScreenModel
+    model = ScreenModel(2, 20, 0)
+    model.feed(("x" + "\u0301" * 5000 + "y\u200d\u0302z").encode())
+    row = model.screen.buffer[0]
+    assert len(row[0].data) == MAX_CELL_CODE_POINTS and row[0].data.startswith("x\u0301")
+    assert (row[1].data, row[2].data) == ("y\u200d\u0302", "z")
+
+
 def test_ncurses_scrolling_and_tabs_move_the_screen(manager, agent, shell):
     """ncurses scrolls a window with SU (``CSI 3 S``) on xterm, which pyte lacked: the screen the model read
     still showed the lines before the scroll.  (SD, CHT and CBT were missing too.)"""
