@@ -115,14 +115,16 @@ class Sandbox:
         check_bwrap_works(bwrap)
         if self.mode == "off":
             return Wrapped([bwrap, "--dev-bind", "/", "/", "--proc", "/proc", *_kernel_masks(cwd, workspace),
-                            "--unshare-pid", "--as-pid-1", "--die-with-parent", "--chdir", cwd, "--",
-                            *_INIT, *argv], [])
+                            *_contained_root_limits(), "--unshare-pid", "--as-pid-1", "--die-with-parent",
+                            "--chdir", cwd, "--", *_INIT, *argv], [])
         # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
         # /dev/console): the host's would let the session read and write other sessions' terminals - and
         # raw disks, whatever the read-only binds say.
+        # No capabilities (bubblewrap keeps root's): root could remount the read-only file system writable,
+        # unmount the namespace's /proc to find the host's under it, or make a node for a raw disk.
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
                 "--tmpfs", "/tmp", "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts",
-                "--die-with-parent"]
+                "--die-with-parent", "--cap-drop", "ALL"]
         if not self.network:
             args.append("--unshare-net")
         masked = _runtime_directories()
@@ -160,6 +162,67 @@ class Sandbox:
 #: reap (in a container, often the notebook server itself) keeps those for ever.  The program itself as the
 #: namespace's init would take no signal from inside that it does not catch (``kill -9 $$`` did nothing).
 _INIT = ("/bin/sh", "-c", REAPER_SCRIPT, "sh")
+
+#: What root keeps in a contained session (sandbox off), by bubblewrap's names and their bits: every
+#: capability but those that reach past the namespace - mount and unmount (the host's ``/proc`` lies under
+#: the namespace's: its kernel's environment, secrets included, was one ``umount -l /proc`` away), entering
+#: other namespaces, kernel modules, raw memory and I/O (``/dev/mem``, ``/proc/kcore``), device nodes (a raw
+#: disk's), opening files by handle past the masks, rebooting into another kernel, and the security modules'
+#: policy.  Capabilities newer than these (``CAP_BPF``, ``CAP_PERFMON``: reading any process's memory) are
+#: left out too, and names an older bubblewrap's libcap does not know are never asked for.
+_CONTAINED_ROOT_CAPABILITIES = {
+    "CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "FSETID": 4, "KILL": 5, "SETGID": 6, "SETUID": 7, "SETPCAP": 8,
+    "LINUX_IMMUTABLE": 9, "NET_BIND_SERVICE": 10, "NET_BROADCAST": 11, "NET_ADMIN": 12, "NET_RAW": 13,
+    "IPC_LOCK": 14, "IPC_OWNER": 15, "SYS_CHROOT": 18, "SYS_PTRACE": 19, "SYS_PACCT": 20, "SYS_NICE": 23,
+    "SYS_RESOURCE": 24, "SYS_TIME": 25, "SYS_TTY_CONFIG": 26, "LEASE": 28, "AUDIT_WRITE": 29,
+    "AUDIT_CONTROL": 30, "SETFCAP": 31, "SYSLOG": 34, "WAKE_ALARM": 35, "BLOCK_SUSPEND": 36, "AUDIT_READ": 37}
+
+
+def _contained_root_limits() -> list[str]:
+    """bwrap arguments that keep a contained session of a root kernel inside its namespace: the capabilities
+    of :data:`_CONTAINED_ROOT_CAPABILITIES` the kernel has (bubblewrap asked for one it lacks - in a container,
+    often ``CAP_SYS_RESOURCE`` - gives the session all of root's instead), and ``/dev/null`` over every block
+    device (root reads a raw disk, or the swap device, by its file mode alone: what the masks hide, and the
+    kernel's memory, lie there).  A kernel that is not root needs neither: bubblewrap gives an unprivileged
+    sandbox no capabilities, and the devices' modes keep it out."""
+    if os.getuid() != 0:
+        return []
+    held = _permitted_capabilities()
+    args = ["--cap-drop", "ALL"]
+    for name, bit in _CONTAINED_ROOT_CAPABILITIES.items():
+        if held >> bit & 1:
+            args += ["--cap-add", f"CAP_{name}"]
+    for path in _block_devices("/dev"):
+        args += ["--ro-bind", "/dev/null", path]
+    return args
+
+
+def _permitted_capabilities() -> int:
+    """This process's permitted capabilities (a bit mask; 0 when unknown)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("CapPrm:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _block_devices(top: str, depth: int = 2) -> list[str]:
+    """Block device nodes in ``top`` and its subdirectories (``/dev/mapper``), ``depth`` levels down."""
+    found: list[str] = []
+    try:
+        with os.scandir(top) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False) and depth > 1 and entry.name not in ("pts", "shm"):
+                    found += _block_devices(entry.path, depth - 1)
+                elif stat.S_ISBLK(entry.stat(follow_symlinks=False).st_mode):
+                    found.append(entry.path)
+    except OSError:
+        pass
+    return sorted(found)
+
 
 #: The directories where version control keeps a repository's own files, hooks and config among them.
 _REPOSITORY_DIRECTORIES = (".git", ".hg", ".jj")

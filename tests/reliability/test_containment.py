@@ -3,10 +3,13 @@ environment or the watchdog.  The checker looks for each process by a unique mar
 /proc, independently of the mechanism under test."""
 from __future__ import annotations
 
+import glob
 import os
 import platform
 import secrets
 import signal
+import stat
+import subprocess
 import sys
 import textwrap
 import time
@@ -104,6 +107,31 @@ def test_an_orphan_without_the_token_after_the_shell_exited(contained):
     assert r.wait_reason == "session_exit"
     tools.call("terminal_close", {"sessionId": sid}, agent=agent)
     assert running_with(f"sleep\0{marker}") == []
+
+
+def test_root_cannot_reach_past_the_namespace(contained):
+    """A root kernel's contained session kept all of root's capabilities: ``umount -l /proc`` showed the host's
+    /proc under the namespace's, and with it every process's environment (the kernel's secrets); root read
+    raw disks by their mode.  Now mounts, unmounts and device nodes are refused, and block devices are
+    ``/dev/null`` there."""
+    tools, agent, sid = contained
+    secret = f"dsh-secret-{secrets.token_hex(8)}"
+    holder = subprocess.Popen(["sleep", "60"], env={**os.environ, "PLANTED_TOKEN": secret})
+    try:
+        r = send(tools, agent, sid, f"umount -l /proc; mount -t proc proc /mnt; mknod /tmp/disk b 8 0; "
+                                    f"grep -l -a {secret} /proc/*/environ /mnt/*/environ 2>/dev/null; echo done")
+        assert r.wait_reason == "stdin_read" and r.viewport.rstrip().endswith("done\n$"), r.viewport
+        assert not any(line.endswith("/environ") for line in r.viewport.splitlines()), r.viewport
+        disks = [path for path in glob.glob("/dev/*") + glob.glob("/dev/mapper/*")
+                 if stat.S_ISBLK(os.stat(path, follow_symlinks=False).st_mode)]
+        for path in disks[:8]:
+            r = send(tools, agent, sid, f"head -c 16 {path} 2>/dev/null | wc -c")
+            assert r.viewport.splitlines()[1].strip() == "0", (path, r.viewport)
+    finally:
+        holder.kill()
+        holder.wait()
+    r = send(tools, agent, sid, "cat /etc/hostname > /dev/null && echo fine")  # root still reads and writes
+    assert "fine" in r.viewport.splitlines()[1]
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="raw clone syscall numbers")

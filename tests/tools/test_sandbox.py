@@ -61,6 +61,18 @@ def test_workspace_write_confines_writes_network_and_injection(sandboxed, tmp_pa
     assert int(r.viewport.splitlines()[1]) < 10
 
 
+def test_root_in_the_sandbox_cannot_undo_it(sandboxed):
+    """bubblewrap keeps root's capabilities: a root kernel's sandboxed agent remounted the read-only file system
+    writable and wrote where it liked, and could unmount /proc or make a raw disk's node.  It has none now."""
+    tools, agent, opened, work, send = sandboxed()
+    outside = Path.home() / f".dsh-sandbox-remount-{os.getpid()}"
+    r = send(f"grep CapEff /proc/self/status; mount -o remount,rw /; echo > {outside}; umount -l /proc; "
+             "mknod /tmp/disk b 8 0; echo done")
+    assert "CapEff:\t0000000000000000" in r.viewport, r.viewport
+    assert not outside.exists() and r.viewport.count("done") == 2, r.viewport
+    assert send("ls /proc | grep -c '^[0-9]'").viewport.splitlines()[1] != "0"
+
+
 @pytest.mark.parametrize("cwd", ["~", "..", "/"])
 def test_a_cwd_outside_the_workspace_does_not_make_it_writable(sandboxed, cwd):
     """The writable directory was the ``cwd`` the model asked for: ``cwd: "~"`` made the user's home
