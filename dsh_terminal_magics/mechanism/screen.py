@@ -288,17 +288,20 @@ class _Stream(pyte.Stream):
         """``ESC % G`` would turn the designations off again: our text is always decoded UTF-8."""
 
 
-#: What pyte cannot parse and a screen does not show, which pyte drew as text: SOS, PM and APC strings (kitty's
-#: graphics), and CSI sequences with a private marker other than ``?`` and ``>`` (kitty's keyboard modes, which
-#: fish 4, neovim and helix set and pop: ``CSI < u`` drew ``u``, ``CSI = 1;1 u`` drew ``1;1u``).  DCS strings and
-#: CSI sequences with an intermediate (``CSI ! p``) still reach pyte, which draws them: vim probes for that
-#: (``ESC P zz ST``, ``CSI 0 % m``, then the cursor position) and, when the cursor stays, asks the terminal for
-#: its modes (``CSI ? 12 $ p``), which the session does not answer - vim's start waited ~50 ms more for it.
-_UNPARSED = re.compile(r"\x1b[X^_][^\x1b]*\x1b\\|\x1b\[[0-?]*[<=][0-?]*[ -/]*[@-~]")
-#: A CSI sequence, an SOS/PM/APC string or an ESC unfinished at the end of a chunk: held for the next one, so
-#: that pyte sees it whole (at most :data:`MAX_HELD` characters; a longer string goes to pyte as it is).
-_UNFINISHED_TAIL = re.compile(r"\x1b(?:[X^_][^\x1b]*\x1b?|\[[0-?]*[ -/]*)?\Z")
+#: What pyte cannot parse and a screen does not show, which pyte drew as text: DCS, SOS, PM and APC strings
+#: (XTGETTCAP and DECRQSS queries, sixel images, kitty's graphics), CSI sequences with a private marker other
+#: than ``?`` and ``>`` (kitty's keyboard modes, which fish 4, neovim and helix set and pop: ``CSI < u`` drew
+#: ``u``, ``CSI = 1;1 u`` drew ``1;1u``) and CSI sequences with an intermediate byte (DECSTR ``CSI ! p`` drew
+#: ``p``).  vim probes its terminal with two of them (``ESC P zz ST``, ``CSI 0 % m``, then the cursor
+#: position) and, when the cursor stays, asks for its modes (``CSI ? 12 $ p``): answered, the send looks again
+#: at once (:meth:`SendOperation.look_closely`).
+_UNPARSED = re.compile(r"\x1b[PX^_][^\x1b]*\x1b\\|\x1b\[[0-?]*[<=][0-?]*[ -/]*[@-~]|\x1b\[[0-?]*[ -/]+[@-~]")
+#: A CSI sequence, a DCS/SOS/PM/APC string or an ESC unfinished at the end of a chunk: held for the next one,
+#: so that pyte sees it whole (at most :data:`MAX_HELD` characters; a longer string is dropped as it comes).
+_UNFINISHED_TAIL = re.compile(r"\x1b(?:[PX^_][^\x1b]*\x1b?|\[[0-?]*[ -/]*)?\Z")
 MAX_HELD = 4096
+#: What follows the ESC that starts a string: DCS, SOS, PM, APC.
+_STRING_STARTS = ("P", "X", "^", "_")
 
 
 def _plain_sgr(match: "re.Match[str]") -> str:
@@ -314,6 +317,8 @@ class ScreenModel:
         self.stream = _Stream(self.screen, self._note_error)
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._held = ""
+        #: Inside a string (DCS, SOS, PM, APC) too long to hold: its text is dropped up to the ESC that ends it.
+        self._in_string = False
         self.offset = offset
         self.resyncs = 0
         self.parser_errors = 0
@@ -326,7 +331,12 @@ class ScreenModel:
         sub-parameters (``CSI 4:3 m``, an underline style) are given to pyte as the plain parameters that say
         the same: pyte stops a sequence at a colon, and drew the rest of it (``3m``) as text.  Sequences it
         cannot parse and no screen shows (:data:`_UNPARSED`) are left out, and a sequence unfinished at the end
-        waits for the rest."""
+        waits for the rest - a string longer than :data:`MAX_HELD` (a sixel image) is dropped as it comes."""
+        if self._in_string:
+            end = text.find("\x1b")
+            if end < 0:
+                return
+            text, self._in_string = text[end:], False
         if self._held:
             text, self._held = self._held + text, ""
         if "\x1b" not in text:
@@ -335,6 +345,10 @@ class ScreenModel:
         tail = _UNFINISHED_TAIL.search(text, max(0, len(text) - MAX_HELD))
         if tail is not None:
             text, self._held = text[:tail.start()], tail.group()
+        else:
+            last = text.rfind("\x1b")
+            if last >= 0 and text[last + 1:last + 2] in _STRING_STARTS:  # (a string begun too far back to hold: drop it)
+                text, self._in_string = text[:last], True
         if ":" in text and "\x1b[" in text:
             text = SGR_WITH_SUBPARAMETERS.sub(_plain_sgr, text)
         self._feed_pyte(_UNPARSED.sub("", text))
@@ -363,7 +377,7 @@ class ScreenModel:
             self.resyncs += 1
             self.screen.reset()
             self._decoder.reset()
-            self._held = ""
+            self._held, self._in_string = "", False
             cut = len(data) - RESYNC_TAIL
             self.offset += lost + cut
             data = data[cut:]

@@ -396,6 +396,13 @@ class SendOperation:
             self._sleeping = False
             self._timer = self.session.loop.call_soon(self._step)
 
+    def look_closely(self) -> None:
+        """The program was just given input of the session's own (answers to its terminal queries): look again
+        in a few turns and then from the shortest tick, as after output - it acts on the input at once, and a
+        tick grown long while it was quiet held the send back (vim's start waited up to 50 ms for the look
+        after the answer to its last query)."""
+        self._spins, self._tick = SPIN_CHECKS, MIN_TICK
+
     def step_now(self) -> None:
         """Run the next step now, from a loop callback, instead of at the next turn (output just arrived)."""
         if self._timer is not None and not self._sleeping:  # a wake already asked for it

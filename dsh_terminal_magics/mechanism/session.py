@@ -366,8 +366,10 @@ class Session:
 
     def _write_answers(self, answers: bytes) -> None:
         if self.operation is not None and self.probe is not None:
-            # The answer is input too: a wait counts only once the program has run after it.
+            # The answer is input too: a wait counts only once the program has run after it, and it runs on
+            # it at once - the send looks closely again, as after its own input.
             self.operation.fence = self.probe.fence_past_answer(self.operation.fence)
+            self.operation.look_closely()
         self.write_now(answers)
         self.replies_written += 1
 

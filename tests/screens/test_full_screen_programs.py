@@ -88,6 +88,24 @@ def test_a_sequence_split_between_reads_reaches_the_screen_whole():
     assert model.screen.buffer[0][2].underscore and not model.screen.buffer[0][1].underscore
 
 
+def test_device_control_strings_and_intermediate_sequences_are_not_drawn():
+    """A terminal shows nothing for a DCS string (XTGETTCAP and DECRQSS queries, sixel images, tmux's
+    passthrough) or a CSI sequence with an intermediate byte (DECSTR ``CSI ! p``, DECSCL, DECSCA, DECELR, vim's
+    ``CSI 0 % m`` probe); pyte drew their text (``+q544e``, ``zz``, ``p``), even cut between two reads."""
+    from dsh_terminal_magics.mechanism.screen import ScreenModel
+    model = ScreenModel(2, 40, 0)
+    pieces = [b"\x1b[?1049hA\x1bP+q544e\x1b\\B\x1bPzz\x1b\\C\x1b[0%mD\x1b[!pE\x1b[4;2\"pF\x1b[1\"qG",
+              b"\x1b[3;1'zH\x1b[2 qI\x1bP$qm\x1b\\J\x1bPq#0;2;0;0;0#0~~@@vv", b"@@~~$-\x1b\\K\x1bP+q", b"544e\x1b", b"\\L"]
+    for piece in pieces:
+        model.feed(piece)
+    assert model.screen.display[0].rstrip() == "ABCDEFGHIJKL"
+    # An image far longer than a sequence held over between reads, in reads of 1000 bytes.
+    image = b"M\x1bPq" + b"#1~~@@vv@@~~@@~~$-" * 2000 + b"\x1b\\N"
+    for start in range(0, len(image), 1000):
+        model.feed(image[start:start + 1000])
+    assert model.screen.display[0].rstrip() == "ABCDEFGHIJKLMN"
+
+
 def test_marks_stacked_on_one_character_are_capped():
     """Each zero-width character joined to a cell re-forms the cell's text: 32 KB of combining marks on one
     character took 3 s of the kernel's loop, and twice that four times as long.  A cell keeps at most
