@@ -30,7 +30,7 @@ import threading
 import time
 from contextlib import redirect_stdout
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import pexpect
 
@@ -619,6 +619,22 @@ def loop_thread_cpu(tools: TerminalTools) -> float:
         return int(f.read().split()[0]) / 1e9
 
 
+def process_cpu(pids: Sequence[int] = ()) -> float:
+    """CPU seconds this process has used so far (all threads), or, given ``pids``, those processes have."""
+    if not pids:
+        times = os.times()
+        return times.user + times.system
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def drive(workers: list[Callable[[], object]], seconds: float) -> tuple[list[float], float]:
     """Each worker in its own thread, calling its function in a loop for ``seconds``: every call's latency, and
     the seconds the threads ran (see :func:`load`)."""
@@ -688,7 +704,8 @@ def bench_many_agents(count: int, seconds: float, sweep: tuple[int, ...]) -> dic
     ``seconds`` (ours first, then pexpect first): a slow spell of the machine falls on both sides alike."""
     tools = TerminalTools()
     agents = [Agent(f"agent-{i}") for i in range(count)]
-    sids = [tools.call("terminal_open", {"type": "shell"}, agent=a).session_id for a in agents]
+    opened = [tools.call("terminal_open", {"type": "shell"}, agent=a) for a in agents]
+    sids = [info.session_id for info in opened]
     children = [PexpectPrompt("shell") for _ in range(count)]
 
     def ours(i: int) -> Callable[[], object]:
@@ -703,15 +720,22 @@ def bench_many_agents(count: int, seconds: float, sweep: tuple[int, ...]) -> dic
     runs: dict[str, list[tuple[list[float], float]]] = {"ours": [], "theirs": [], "ours paced": [],
                                                           "theirs paced": []}
     cpu = 0.0
+    # CPU a send, back to back: the whole process's (ours: the loop and the callers; pexpect: its threads) and
+    # the shells' own.
+    spent: dict[str, list[float]] = {"ours": [0.0, 0.0], "theirs": [0.0, 0.0]}
+    shells = {"ours": [info.pid for info in opened], "theirs": [c.child.pid for c in children]}
     for side in ("ours", "theirs", "theirs", "ours"):
         workers = mine if side == "ours" else theirs
-        cpu0 = loop_thread_cpu(tools)
+        cpu0, own0, shells0 = loop_thread_cpu(tools), process_cpu(), process_cpu(shells[side])
         runs[side].append(drive(workers, half))
+        spent[side][0] += process_cpu() - own0
+        spent[side][1] += process_cpu(shells[side]) - shells0
         if side == "ours":
             cpu += loop_thread_cpu(tools) - cpu0
         runs[f"{side} paced"].append(drive_paced(workers, half, period=0.1))
     many, paced = load(*runs["ours"]), load(*runs["ours paced"])
     many["loop_thread_cpu_percent"] = 100 * cpu / seconds
+    many["loop_cpu_us_per_send"] = 1e6 * cpu / max(many["sends"], 1)
     saturation = {}
     for n in sweep:
         cpu0 = loop_thread_cpu(tools)
@@ -722,6 +746,9 @@ def bench_many_agents(count: int, seconds: float, sweep: tuple[int, ...]) -> dic
     for c in children:
         c.close()
     them, them_paced = load(*runs["theirs"]), load(*runs["theirs paced"])
+    for side, row in (("ours", many), ("theirs", them)):
+        row["process_cpu_us_per_send"] = 1e6 * spent[side][0] / max(row["sends"], 1)
+        row["shell_cpu_us_per_send"] = 1e6 * spent[side][1] / max(row["sends"], 1)
     return {"agents": count, "seconds": seconds, "single agent, back to back": single,
             "single agent, every 100 ms": single_paced, "ours, back to back": many,
             "pexpect threads, back to back": them, "ours, every 100 ms each": paced,
