@@ -4,6 +4,7 @@ from __future__ import annotations
 import html
 import re
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -65,3 +66,36 @@ def test_ansi_to_html_escapes_any_text(text):
     visible = _OTHER_CONTROLS.sub("", strip_sgr(sanitize_stream(text)).replace("\x1b", ""))
     assert html.unescape(stripped) == visible  # every visible character shown, nothing added
     assert "<" not in stripped and ">" not in stripped
+
+
+# What a program prints is untrusted and all of it is taken in on the kernel's loop: no output may cost the
+# square of its length there.  Each stream below is 64-128 KB of one pattern that did, or of a neighbour of one
+# (a regex trying a private marker at every place of a long parameter run: 64 KB took ~40 s; combining marks
+# each re-forming their cell's text on the screen: 64 K of them ~50 s), taken in whole by every stage that
+# takes output in.  Done in well under a second; the timeout only catches the square coming back.
+QUADRATIC_SUSPECTS = {
+    "CSI then a run of private markers": "\x1b[" + "<" * 65536 + "\n",
+    "CSI then a run of parameters": "\x1b[" + "1;" * 32768 + "\n",
+    "CSI then markers and intermediates": "\x1b[=" + "= " * 32768 + "\n",
+    "combining marks on one character": "a" + "\u0301" * 65536,
+    "joiners on one character": "a" + "\u200d" * 43690,
+    "an unfinished string": "\x1bP" + "q" * 65536,
+    "an unfinished OSC": "\x1b]0;" + "t" * 65536,
+    "carriage returns and backspaces": "x" * 16384 + "\r\b" * 24576,
+}
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("name", list(QUADRATIC_SUSPECTS))
+def test_no_output_costs_the_square_of_its_length(name):
+    from dsh_terminal_magics.mechanism.output import OutputNormalizer
+    from dsh_terminal_magics.mechanism.screen import ScreenModel
+    data = QUADRATIC_SUSPECTS[name].encode("utf-8")
+    model = ScreenModel(40, 160, 0)
+    model.feed(b"\x1b[?1049h")
+    model.feed(data)
+    normalizer, scrollback = OutputNormalizer(), ScrollbackBuffer()
+    scrollback.append(normalizer.feed(data)[0])
+    rendered = output_html(data.decode("utf-8"), 40)  # (the viewport's and the cards' rendering)
+    assert rendered.startswith("<pre") and "<script" not in rendered
+    assert len(model.snapshot().text()) <= 40 * 161 * 32  # (a cell holds a bounded number of code points)
