@@ -347,8 +347,8 @@ class ScreenModel:
         if tail is not None:
             text, self._held = text[:tail.start()], tail.group()
         else:
-            last = text.rfind("\x1b")
-            if last >= 0 and text[last + 1:last + 2] in _STRING_STARTS:  # (a string begun too far back to hold: drop it)
+            last = text.rfind("\x1b")  # (a string begun too far back to hold: its text is dropped)
+            if last >= 0 and text[last + 1:last + 2] in _STRING_STARTS:
                 text, self._in_string = text[:last], True
         if ":" in text and "\x1b[" in text:
             text = SGR_WITH_SUBPARAMETERS.sub(_plain_sgr, text)
