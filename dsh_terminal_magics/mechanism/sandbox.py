@@ -140,7 +140,8 @@ class Sandbox:
             args += ["--ro-bind", path, path]
         args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", workspace, workspace]
         if self.mode == "workspace-write":
-            for path in _repository_directories(workspace, cwd):
+            args += _home_kept(workspace)
+            for path in _repository_directories(workspace, cwd):  # (after the home's: one may lie in it)
                 args += ["--ro-bind", path, path]
         for path in masked:  # (a workspace above them - the home directory, "/" - must not bring them back)
             if path != workspace and _within(path, workspace):
@@ -226,6 +227,27 @@ def _block_devices(top: str, depth: int = 2) -> list[str]:
 
 #: The directories where version control keeps a repository's own files, hooks and config among them.
 _REPOSITORY_DIRECTORIES = (".git", ".hg", ".jj")
+
+
+def _home_kept(workspace: str) -> list[str]:
+    """bwrap arguments for a workspace that holds the user's home directory (Jupyter started in ``~``): the
+    home's top level stays read-only, bar its directories that are not hidden (and not ``~/bin``, which a
+    login puts on ``PATH``).  What runs by itself outside the sandbox lives there - a sandboxed agent wrote
+    ``~/.bashrc`` (run by the user's next shell) and an IPython startup file (run by their next kernel), and
+    could have written ``~/.ssh/authorized_keys``, a ``.pth`` file under ``~/.local`` or a ``~/.bash_login``
+    that did not exist yet.  New files go in those directories, not beside them."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    if not os.path.isabs(home) or home == "/" or not _within(home, workspace) or not os.path.isdir(home):
+        return []
+    args = ["--ro-bind", home, home]
+    try:
+        with os.scandir(home) as entries:
+            for entry in islice(entries, MAX_REPOSITORY_LOOKS):
+                if entry.name[:1] != "." and entry.name != "bin" and entry.is_dir(follow_symlinks=False):
+                    args += ["--bind", entry.path, entry.path]
+    except OSError:
+        pass
+    return args
 
 
 def _repository_directories(workspace: str, cwd: str) -> list[str]:

@@ -290,6 +290,30 @@ def test_unix_sockets_anywhere_on_the_host_are_out_of_reach(sandboxed, tmp_path)
         home.rmdir()
 
 
+def test_a_workspace_holding_the_home_directory_keeps_its_top_level(sandboxed, tmp_path, monkeypatch):
+    """Jupyter started in ``~`` makes the home directory the workspace: a sandboxed agent wrote ``~/.bashrc``
+    (run by the user's next shell, outside the sandbox) and an IPython startup file (run by their next kernel).
+    The home's top level stays read-only there - its hidden files and directories, ``~/bin``, new entries
+    beside them - and its other directories stay writable."""
+    home = tmp_path / "workspace-write"
+    (home / ".ipython" / "profile_default" / "startup").mkdir(parents=True)
+    (home / "projects").mkdir()
+    (home / "bin").mkdir()
+    (home / ".bashrc").write_text("# the user's\n")
+    monkeypatch.setenv("HOME", str(home))
+    tools, agent, opened, work, send = sandboxed()
+    assert work == home
+    for write in ("echo evil >> ~/.bashrc", "echo evil > ~/.bash_login", "mkdir ~/.ssh", "echo x > ~/bin/ls",
+                  "echo x > ~/.ipython/profile_default/startup/a.py", "echo x > ~/new.txt"):
+        r = send(f"{write}; echo rc=$?")
+        assert "rc=1" in r.viewport and "Read-only file system" in r.viewport, (write, r.viewport)
+    assert send("echo work > ~/projects/a.txt && cat ~/.bashrc").exit_code == 0
+    assert (home / "projects" / "a.txt").read_text() == "work\n"
+    assert (home / ".bashrc").read_text() == "# the user's\n"
+    assert sorted(p.name for p in home.iterdir()) == [".bashrc", ".ipython", "bin", "projects"]
+    assert list((home / ".ipython" / "profile_default" / "startup").iterdir()) == []
+
+
 def test_the_workspaces_git_repositories_stay_read_only(sandboxed, tmp_path):
     """git runs what a repository holds outside the sandbox: a hook a sandboxed session wrote ran at the
     user's next commit, a ``core.fsmonitor`` command at their next ``git status`` (Mercurial's hooks alike).
