@@ -114,7 +114,7 @@ class Sandbox:
                                "(Debian/Ubuntu: apt-get install bubblewrap) or turn it off")
         check_bwrap_works(bwrap)
         if self.mode == "off":
-            return Wrapped([bwrap, "--dev-bind", "/", "/", "--proc", "/proc", *_kernel_masks(cwd, workspace),
+            return Wrapped([bwrap, "--dev-bind", "/", "/", *_PROC, *_kernel_masks(cwd, workspace),
                             *_contained_root_limits(), "--unshare-pid", "--as-pid-1", "--die-with-parent",
                             "--chdir", cwd, "--", *_INIT, *argv], [])
         # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
@@ -122,7 +122,7 @@ class Sandbox:
         # raw disks, whatever the read-only binds say.
         # No capabilities (bubblewrap keeps root's): root could remount the read-only file system writable,
         # unmount the namespace's /proc to find the host's under it, or make a node for a raw disk.
-        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_PROC,
                 "--tmpfs", "/tmp", "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts",
                 "--die-with-parent", "--cap-drop", "ALL"]
         if not self.network:
@@ -163,6 +163,13 @@ class Sandbox:
 #: reap (in a container, often the notebook server itself) keeps those for ever.  The program itself as the
 #: namespace's init would take no signal from inside that it does not catch (``kill -9 $$`` did nothing).
 _INIT = ("/bin/sh", "-c", REAPER_SCRIPT, "sh")
+
+#: The session's /proc: its pid namespace's, with the kernel's settings (``/proc/sys``) read-only.  bubblewrap
+#: means to cover them but skips a directory its setup cannot write to, and root wrote them - even with no
+#: capabilities, in the sandbox: ``kernel.core_pattern`` names a program the kernel runs as root, outside
+#: every namespace, when a process crashes (``kernel.modprobe`` alike).  (The host's view, bound read-only:
+#: a bind's source is a host path.)
+_PROC = ("--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys")
 
 #: What root keeps in a contained session (sandbox off), by bubblewrap's names and their bits: every
 #: capability but those that reach past the namespace - mount and unmount (the host's ``/proc`` lies under

@@ -132,6 +132,13 @@ def test_root_cannot_reach_past_the_namespace(contained):
         holder.wait()
     r = send(tools, agent, sid, "cat /etc/hostname > /dev/null && echo fine")  # root still reads and writes
     assert "fine" in r.viewport.splitlines()[1]
+    # kernel.core_pattern names a program the kernel runs as root outside every namespace when a process
+    # crashes: root wrote it from a contained session (and from the sandbox).  The same value is written back,
+    # so a failing check changes nothing.
+    r = send(tools, agent, sid, "p=$(cat /proc/sys/kernel/core_pattern); echo \"$p\" > /proc/sys/kernel/core_pattern; "
+                                "echo rc=$?; cat /proc/sys/kernel/ostype")
+    assert "rc=1" in r.viewport and "Linux" in r.viewport, r.viewport
+    assert "Read-only file system" in r.viewport or os.getuid() != 0, r.viewport
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="raw clone syscall numbers")

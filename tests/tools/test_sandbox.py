@@ -71,6 +71,8 @@ def test_root_in_the_sandbox_cannot_undo_it(sandboxed):
     assert "CapEff:\t0000000000000000" in r.viewport, r.viewport
     assert not outside.exists() and r.viewport.count("done") == 2, r.viewport
     assert send("ls /proc | grep -c '^[0-9]'").viewport.splitlines()[1] != "0"
+    r = send("p=$(cat /proc/sys/kernel/core_pattern); echo \"$p\" > /proc/sys/kernel/core_pattern; echo rc=$?")
+    assert "rc=1" in r.viewport, r.viewport  # (see test_containment)
 
 
 @pytest.mark.parametrize("cwd", ["~", "..", "/"])
