@@ -189,9 +189,9 @@ _CONTAINED_ROOT_CAPABILITIES = {
 def _contained_root_limits() -> list[str]:
     """bwrap arguments that keep a contained session of a root kernel inside its namespace: the capabilities
     of :data:`_CONTAINED_ROOT_CAPABILITIES` the kernel has (bubblewrap asked for one it lacks - in a container,
-    often ``CAP_SYS_RESOURCE`` - gives the session all of root's instead), and ``/dev/null`` over every block
+    often ``CAP_SYS_RESOURCE`` - gives the session all of root's instead), ``/dev/null`` over every block
     device (root reads a raw disk, or the swap device, by its file mode alone: what the masks hide, and the
-    kernel's memory, lie there).  A kernel that is not root needs neither: bubblewrap gives an unprivileged
+    kernel's memory, lie there), and ``/sys`` read-only.  A kernel that is not root needs neither: bubblewrap gives an unprivileged
     sandbox no capabilities, and the devices' modes keep it out."""
     if os.getuid() != 0:
         return []
@@ -202,7 +202,9 @@ def _contained_root_limits() -> list[str]:
             args += ["--cap-add", f"CAP_{name}"]
     for path in _block_devices("/dev"):
         args += ["--ro-bind", "/dev/null", path]
-    return args
+    # sysfs read-only: root writes it by file mode alone, and some of it names a program the kernel runs as root
+    # outside every namespace (``/sys/kernel/uevent_helper``), or stops the machine (``/sys/power/state``).
+    return [*args, "--ro-bind", "/sys", "/sys"]
 
 
 def _permitted_capabilities() -> int:
