@@ -26,6 +26,7 @@ import glob
 import os
 import platform
 import shutil
+import site
 import stat
 import struct
 import subprocess
@@ -141,7 +142,8 @@ class Sandbox:
         args += ["--bind" if self.mode == "workspace-write" else "--ro-bind", workspace, workspace]
         if self.mode == "workspace-write":
             args += _home_kept(workspace)
-            for path in _repository_directories(workspace, cwd):  # (after the home's: one may lie in it)
+            # (after the home's: one may lie in it)
+            for path in [*_kernel_environment(workspace), *_repository_directories(workspace, cwd)]:
                 args += ["--ro-bind", path, path]
         for path in masked:  # (a workspace above them - the home directory, "/" - must not bring them back)
             if path != workspace and _within(path, workspace):
@@ -257,6 +259,19 @@ def _home_kept(workspace: str) -> list[str]:
     except OSError:
         pass
     return args
+
+
+def _kernel_environment(workspace: str) -> list[str]:
+    """The kernel's own Python environment where it lies in the workspace (a project's ``.venv`` that Jupyter
+    runs from), which stays read-only there: a sandboxed agent wrote a ``.pth`` file into its site-packages,
+    run by every Python started from it - the user's next kernel among them - outside the sandbox (and could
+    have changed a module the running kernel imports later).  Its prefixes and site-packages directories."""
+    candidates = {sys.prefix, sys.exec_prefix, sys.base_prefix, *site.getsitepackages()}
+    if site.ENABLE_USER_SITE:
+        candidates.add(site.getusersitepackages())
+    reals = {os.path.realpath(path) for path in candidates if path and os.path.isdir(path)}
+    found = sorted(path for path in reals if _within(path, workspace) and path != workspace)
+    return [path for path in found if not any(path != other and _within(path, other) for other in found)]
 
 
 def _repository_directories(workspace: str, cwd: str) -> list[str]:

@@ -316,6 +316,24 @@ def test_a_workspace_holding_the_home_directory_keeps_its_top_level(sandboxed, t
     assert list((home / ".ipython" / "profile_default" / "startup").iterdir()) == []
 
 
+def test_the_kernels_own_environment_in_the_workspace_stays_read_only(sandboxed, tmp_path, monkeypatch):
+    """Jupyter run from a project's ``.venv``: a sandboxed agent wrote a ``.pth`` file into the kernel's
+    site-packages, which every Python started from it runs - the user's next kernel, outside the sandbox."""
+    import site
+    import sys
+    venv = tmp_path / "workspace-write" / ".venv"
+    packages = venv / "lib" / "python3" / "site-packages"
+    packages.mkdir(parents=True)
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    monkeypatch.setattr(sys, "exec_prefix", str(venv))
+    monkeypatch.setattr(site, "getsitepackages", lambda: [str(packages)])
+    tools, agent, opened, work, send = sandboxed()
+    r = send(f"echo 'import os' > {packages}/evil.pth; echo rc=$?; echo x > {venv}/pyvenv.cfg; echo rc=$?")
+    assert r.viewport.count("rc=1") == 2 and "Read-only file system" in r.viewport, r.viewport
+    assert list(packages.iterdir()) == [] and not (venv / "pyvenv.cfg").exists()
+    assert send("echo fine > notes.txt").exit_code == 0 and (work / "notes.txt").exists()
+
+
 def test_the_workspaces_git_repositories_stay_read_only(sandboxed, tmp_path):
     """git runs what a repository holds outside the sandbox: a hook a sandboxed session wrote ran at the
     user's next commit, a ``core.fsmonitor`` command at their next ``git status`` (Mercurial's hooks alike).
