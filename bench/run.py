@@ -619,11 +619,14 @@ def loop_thread_cpu(tools: TerminalTools) -> float:
         return int(f.read().split()[0]) / 1e9
 
 
-def process_cpu(pids: Sequence[int] = ()) -> float:
-    """CPU seconds this process has used so far (all threads), or, given ``pids``, those processes have."""
-    if not pids:
-        times = os.times()
-        return times.user + times.system
+def own_cpu() -> float:
+    """CPU seconds this process has used so far (all its threads)."""
+    times = os.times()
+    return times.user + times.system
+
+
+def processes_cpu(pids: Sequence[int]) -> float:
+    """CPU seconds the processes ``pids`` have used so far (those gone count nothing)."""
     total = 0
     for pid in pids:
         try:
@@ -726,10 +729,10 @@ def bench_many_agents(count: int, seconds: float, sweep: tuple[int, ...]) -> dic
     shells = {"ours": [info.pid for info in opened], "theirs": [c.child.pid for c in children]}
     for side in ("ours", "theirs", "theirs", "ours"):
         workers = mine if side == "ours" else theirs
-        cpu0, own0, shells0 = loop_thread_cpu(tools), process_cpu(), process_cpu(shells[side])
+        cpu0, own0, shells0 = loop_thread_cpu(tools), own_cpu(), processes_cpu(shells[side])
         runs[side].append(drive(workers, half))
-        spent[side][0] += process_cpu() - own0
-        spent[side][1] += process_cpu(shells[side]) - shells0
+        spent[side][0] += own_cpu() - own0
+        spent[side][1] += processes_cpu(shells[side]) - shells0
         if side == "ours":
             cpu += loop_thread_cpu(tools) - cpu0
         runs[f"{side} paced"].append(drive_paced(workers, half, period=0.1))

@@ -33,7 +33,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from itertools import islice
-from typing import Callable, Literal, NamedTuple
+from typing import Callable, Iterable, Literal, NamedTuple
 
 from ..errors import BackendError
 from .backends import REAPER_SCRIPT
@@ -193,8 +193,8 @@ def _contained_root_limits() -> list[str]:
     of :data:`_CONTAINED_ROOT_CAPABILITIES` the kernel has (bubblewrap asked for one it lacks - in a container,
     often ``CAP_SYS_RESOURCE`` - gives the session all of root's instead), ``/dev/null`` over every block
     device (root reads a raw disk, or the swap device, by its file mode alone: what the masks hide, and the
-    kernel's memory, lie there), and ``/sys`` read-only.  A kernel that is not root needs neither: bubblewrap gives an unprivileged
-    sandbox no capabilities, and the devices' modes keep it out."""
+    kernel's memory, lie there), and ``/sys`` read-only.  A kernel that is not root needs none of it:
+    bubblewrap gives an unprivileged sandbox no capabilities, and the files' modes keep it out."""
     if os.getuid() != 0:
         return []
     held = _permitted_capabilities()
@@ -248,7 +248,7 @@ def _home_kept(workspace: str) -> list[str]:
     could have written ``~/.ssh/authorized_keys``, a ``.pth`` file under ``~/.local`` or a ``~/.bash_login``
     that did not exist yet.  New files go in those directories, not beside them."""
     home = os.path.realpath(os.path.expanduser("~"))
-    if not os.path.isabs(home) or home == "/" or not _within(home, workspace) or not os.path.isdir(home):
+    if home == "/" or not _within(home, workspace) or not os.path.isdir(home):
         return []
     args = ["--ro-bind", home, home]
     try:
@@ -270,8 +270,7 @@ def _kernel_environment(workspace: str) -> list[str]:
     if site.ENABLE_USER_SITE:
         candidates.add(site.getusersitepackages())
     reals = {os.path.realpath(path) for path in candidates if path and os.path.isdir(path)}
-    found = sorted(path for path in reals if _within(path, workspace) and path != workspace)
-    return [path for path in found if not any(path != other and _within(path, other) for other in found)]
+    return _outermost(path for path in reals if _within(path, workspace) and path != workspace)
 
 
 def _repository_directories(workspace: str, cwd: str) -> list[str]:
@@ -446,7 +445,12 @@ def _hidden(argv: list[str], directories: list[str], masked: list[str]) -> list[
     candidates |= {sys.prefix, sys.base_prefix, sys.exec_prefix}
     roots = [os.path.realpath(m) for m in masked]
     reals = {os.path.realpath(c) for c in candidates if os.path.isdir(c)}
-    found = sorted(p for p in reals if any(p != r and _within(p, r) for r in roots))
+    return _outermost(p for p in reals if any(p != r and _within(p, r) for r in roots))
+
+
+def _outermost(paths: Iterable[str]) -> list[str]:
+    """``paths``, sorted, without those that lie in another of them (one bind covers what is below it)."""
+    found = sorted(set(paths))
     return [p for p in found if not any(p != q and _within(p, q) for q in found)]
 
 

@@ -397,10 +397,10 @@ class SendOperation:
             self._timer = self.session.loop.call_soon(self._step)
 
     def look_closely(self) -> None:
-        """The program was just given input of the session's own (answers to its terminal queries): look again
-        in a few turns and then from the shortest tick, as after output - it acts on the input at once, and a
-        tick grown long while it was quiet held the send back (vim's start waited up to 50 ms for the look
-        after the answer to its last query)."""
+        """The program has something to act on now - it printed, a process of it exited, or the session wrote
+        it answers to its terminal queries: look again in a few turns and then from the shortest tick.  (A
+        tick grown long while it was quiet held the send back after answers: vim's start waited up to 50 ms for
+        the look after the answer to its last query.)"""
         self._spins, self._tick = SPIN_CHECKS, MIN_TICK
 
     def step_now(self) -> None:
@@ -512,7 +512,7 @@ class SendOperation:
             if activity[0] != self._activity[0] and session.probe is not None:
                 session.probe.output_arrived()
             self._activity, self._event_at = activity, now
-            self._spins, self._tick = SPIN_CHECKS, MIN_TICK
+            self.look_closely()
 
     def _complete(self, reason: WaitReason) -> None:
         result = self._result(reason)
