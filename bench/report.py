@@ -122,15 +122,19 @@ def _many_agents(m: dict) -> str:
 PEXPECT_WARMED = "pexpect right after another child's round trip ms"
 
 
-def _cold_send(c: dict) -> str:
-    """The line on what going cold costs a send, and which part of it warms it up."""
+def _cold_send(c: dict, sweep: dict) -> str:
+    """The line on what going cold costs a send, which part of it warms it up, and after how much idling."""
     idle = f"{c['idle_s'] * 1000:.0f} ms"
-    return (f"- **A send after {idle} of idling** (`echo hi`, median): ours {_ms(c['ours after idling ms'])} ms; "
+    line = (f"- **A send after {idle} of idling** (`echo hi`, median): ours {_ms(c['ours after idling ms'])} ms; "
             f"right after a send to another session {_ms(c['ours right after a send to another session ms'])} ms; "
             f"after the caller spun its CPU for 1 ms first {_ms(c['ours after the caller spun 1 ms ms'])} ms. "
             f"pexpect {_ms(c['pexpect after idling ms'])} ms, right after another child's round trip "
-            f"{_ms(c[PEXPECT_WARMED])} ms. What goes cold is "
-            "the code and data a send runs through, not the CPU: the longer the path, the more it pays.")
+            f"{_ms(c[PEXPECT_WARMED])} ms.")
+    line += (" By idling before the send (ours against pexpect): " + "; ".join(
+        f"{gap} {_ms(v['ours'])} vs {_ms(v['pexpect'])} ms" for gap, v in sweep.items()) + ".")
+    return line + (" What goes cold is the code and data a send runs through (a CPU kept busy meanwhile does "
+                   "not help: its other work evicts them) and the idle CPU the other thread must be woken on: the "
+                   "longer the path, and the more threads it crosses, the more it pays.")
 
 
 def _under_load(r: dict) -> str:
@@ -141,10 +145,12 @@ def _under_load(r: dict) -> str:
     lines = [
         f"- **What idling costs here**: waking a thread that waits in `epoll` takes "
         f"{_ms(idle['wake after 0.2 ms idle ms'])} ms after 0.2 ms of idling and "
-        f"{_ms(idle['wake after 10 ms idle ms'])} ms after 10 ms; the same unit of interpreter work takes "
+        f"{_ms(idle['wake after 10 ms idle ms'])} ms after 10 ms and "
+        f"{_ms(idle['wake after 100 ms idle ms'])} ms after 100 ms (this VM's idle CPUs halt); "
+        f"the same unit of interpreter work takes "
         f"{_ms(idle['work after 10 ms asleep ms'])} ms right after its thread slept 10 ms against "
         f"{_ms(idle['work back to back ms'])} ms back to back ({idle['cold_work_factor']:.2f}x slower cold).",
-        _cold_send(r["cold_send"]),
+        _cold_send(r["cold_send"], r["idle_sweep"]),
         f"- **Another agent's flood** (a program rewriting a line flat out), while an agent sends `echo hi` every "
         f"10 ms: {_ms(flood['during the flood']['median_ms'])} ms (p95 {_ms(flood['during the flood']['p95_ms'])})"
         f" against {_ms(flood['quiet']['median_ms'])} ms quiet"

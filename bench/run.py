@@ -77,7 +77,7 @@ def python_work() -> str:
 
 def bench_idle_costs(reps: int) -> dict:
     """Two properties of the machine that decide how much an idle-then-busy call costs: how long one thread
-    takes to wake another blocked in ``epoll`` (after 0.2 ms and after 10 ms of idling), and how much slower
+    takes to wake another blocked in ``epoll`` (after 0.2 ms, 10 ms and 100 ms of idling), and how much slower
     the same short unit of Python work runs right after the thread slept 10 ms than back to back (caches and
     the virtual CPU go cold).  Interleaved, ``reps`` each."""
     import select
@@ -100,10 +100,11 @@ def bench_idle_costs(reps: int) -> dict:
 
     thread = threading.Thread(target=waiter, daemon=True)
     thread.start()
-    times: dict[str, list[float]] = {k: [] for k in ("wake after 0.2 ms idle", "wake after 10 ms idle",
-                                                     "work back to back", "work after 10 ms asleep")}
+    gaps = ((0.0002, "wake after 0.2 ms idle"), (0.01, "wake after 10 ms idle"), (0.1, "wake after 100 ms idle"))
+    times: dict[str, list[float]] = {k: [] for k in [name for _, name in gaps] + ["work back to back",
+                                                                                "work after 10 ms asleep"]}
     for _ in range(reps):
-        for gap, name in ((0.0002, "wake after 0.2 ms idle"), (0.01, "wake after 10 ms idle")):
+        for gap, name in gaps:
             time.sleep(gap)
             started = time.perf_counter()
             left.send(b"x")
@@ -123,6 +124,32 @@ def bench_idle_costs(reps: int) -> dict:
     right.close()
     med = {f"{k} ms": statistics.median(v) * 1000 for k, v in times.items()}
     return {**med, "cold_work_factor": med["work after 10 ms asleep ms"] / med["work back to back ms"]}
+
+
+def bench_idle_sweep(reps: int, idles: Sequence[float] = (0.001, 0.01, 0.03, 0.1)) -> dict:
+    """``echo hi``, ours and pexpect, after each of ``idles`` seconds of doing nothing (interleaved, ``reps``
+    each): the idling after which the two part ways."""
+    tools = TerminalTools()
+    agent = Agent("bench-idle")
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    child = PexpectPrompt("shell")
+    methods: dict[str, Callable[[], object]] = {
+        "ours": lambda: tools.call("terminal_send", {"sessionId": sid, "text": "echo hi"}, agent=agent),
+        "pexpect": lambda: child.round_trip("echo hi")}
+    times: dict[tuple[float, str], list[float]] = {(idle, name): [] for idle in idles for name in methods}
+    order = list(times)
+    rnd = random.Random(16)
+    for _ in range(reps):
+        rnd.shuffle(order)
+        for idle, name in order:
+            time.sleep(idle)
+            started = time.perf_counter()
+            methods[name]()
+            times[(idle, name)].append(time.perf_counter() - started)
+    child.close()
+    tools.shutdown()
+    return {f"{idle * 1000:g} ms": {name: statistics.median(times[(idle, name)]) * 1000 for name in methods}
+            for idle in idles}
 
 
 def bench_cold_send(reps: int, idle: float = 0.1) -> dict:
@@ -1090,6 +1117,7 @@ def main() -> int:
     results["idle_costs"] = bench_idle_costs(20 if q else 200)
     results["round_trip"] = bench_round_trip(24 if q else 400)
     results["cold_send"] = bench_cold_send(5 if q else 40)
+    results["idle_sweep"] = bench_idle_sweep(3 if q else 40)
     results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
     results["scale"] = bench_scale(20 if q else 200, 1 if q else 3)
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
