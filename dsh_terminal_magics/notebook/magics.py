@@ -33,13 +33,18 @@ _TOKEN = re.compile(r"\s*(\S+)")
 JOB_POLL_INTERVAL = 0.1
 
 
+def option_arity(parser: Any) -> dict[str, bool]:
+    """Each option string of ``parser`` (an argparse parser), and whether it takes a value."""
+    return {opt: action.nargs != 0 for action in parser._actions for opt in action.option_strings}
+
+
 def split_options(line: str, parser: Any) -> tuple[list[str], str]:
     """Split a leading options prefix from the raw text that follows it.
 
     Options end at ``--`` or at the first word that is not an option; the
     rest of the line is returned exactly as typed.
     """
-    takes_value = {opt: action.nargs != 0 for action in parser._actions for opt in action.option_strings}
+    takes_value = option_arity(parser)
     tokens: list[str] = []
     pos = 0
     while True:
@@ -122,11 +127,48 @@ class CellStream:
         self._write(text)
 
 
+#: Options that ask a magic for its help instead of running it.
+HELP_OPTIONS = ("-h", "--help")
+
+
+def asks_for_help(line: str, text_parser: Any = None) -> bool:
+    """Whether ``line`` asks for help (``-h`` or ``--help`` before ``--``); for a magic whose options are
+    followed by text it sends (``text_parser``: its parser), only among those options."""
+    takes_value = option_arity(text_parser) if text_parser is not None else {}
+    tokens = iter(line.split())
+    for token in tokens:
+        if token == "--":
+            return False
+        if token in HELP_OPTIONS:
+            return True
+        if text_parser is not None:
+            if not token.startswith("-"):
+                return False
+            if takes_value.get(token.split("=", 1)[0]) and "=" not in token:
+                next(tokens, None)  # (the option's value)
+    return False
+
+
+def parse_options(magic: Any, line: str) -> Any:
+    """``line`` parsed by ``magic``'s options (``magic_arguments``); a wrong option says where the right ones are."""
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as exc:
+        name = magic.__name__
+        raise UsageError(f"%{name}: {exc}; see %{name} --help for its options") from None
+
+
 def _usage_errors(method: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn every TerminalError into one short UsageError line."""
-    def wrapper(self: "TerminalMagics", *args: Any, **kwargs: Any) -> Any:
+    """Turn every TerminalError into one short UsageError line; ``-h``/``--help`` prints the magic's help (what
+    ``%magic?`` shows) instead of running it."""
+    sends_text = method.__name__ == "term_send"
+
+    def wrapper(self: "TerminalMagics", line: str = "", *args: Any, **kwargs: Any) -> Any:
+        if asks_for_help(line, wrapper.parser if sends_text else None):  # type: ignore[attr-defined]
+            print(wrapper.__doc__)
+            return None
         try:
-            return method(self, *args, **kwargs)
+            return method(self, line, *args, **kwargs)
         except TerminalError as exc:
             raise UsageError(str(exc)) from None
     wrapper.__name__ = method.__name__
@@ -257,7 +299,7 @@ class TerminalMagics(Magics):
             In [2]: %term_open python --name repl
             In [3]: %term_open --cwd /tmp --name scratch
         """
-        args = parse_argstring(self.term_open, line)
+        args = parse_options(self.term_open, line)
         owner = self._owner(args.agent)
         call = {"type": args.type}
         if args.name is not None:
@@ -304,7 +346,7 @@ class TerminalMagics(Magics):
             In [6]: %term_send --keys Esc,:,w,q,Enter
         """
         tokens, text = split_options(line, self.term_send.parser)
-        args = parse_argstring(self.term_send, " ".join(tokens))
+        args = parse_options(self.term_send, " ".join(tokens))
         if cell is not None:
             if text.strip():
                 raise UsageError("%%term_send: put the text in the cell body, only options on the first line")
@@ -388,7 +430,7 @@ class TerminalMagics(Magics):
             In [1]: %term_read
             In [2]: %term_read --offset 100 --count 20
         """
-        args = parse_argstring(self.term_read, line)
+        args = parse_options(self.term_read, line)
         owner = self._owner(args.agent)
         sid = self._session(args.session, owner)
         res = self._call("terminal_read", {"sessionId": sid, "offset": args.offset, "count": args.count}, owner)
@@ -408,7 +450,7 @@ class TerminalMagics(Magics):
             In [1]: %term_signal INT
             In [2]: %term_signal SIGTERM -s build
         """
-        args = parse_argstring(self.term_signal, line)
+        args = parse_options(self.term_signal, line)
         owner = self._owner(args.agent)
         name = signal_name(args.signal)
         sid = self._session(args.session, owner)
@@ -430,7 +472,7 @@ class TerminalMagics(Magics):
             In [2]: %term_close -s repl
             In [3]: %term_close --all
         """
-        args = parse_argstring(self.term_close, line)
+        args = parse_options(self.term_close, line)
         owner = self._owner(args.agent)
         listed = [s.session_id for s in self._call("terminal_list", {}, owner).root]
         if args.all:
@@ -458,7 +500,7 @@ class TerminalMagics(Magics):
 
             In [1]: %term_list
         """
-        args = parse_argstring(self.term_list, line)
+        args = parse_options(self.term_list, line)
         res = self._call("terminal_list", {}, self._owner(args.agent))
         return TermResult(res, visible_controls(result_text(res, self.tools.max_result_bytes)))
 
@@ -477,7 +519,7 @@ class TerminalMagics(Magics):
             In [2]: %job_output j-0123456789abcdef
             In [3]: %job_output --wait
         """
-        args = parse_argstring(self.job_output, line)
+        args = parse_options(self.job_output, line)
         owner = self._owner(args.agent)
         job = self._job(args.job, owner)
         while True:
@@ -514,7 +556,7 @@ class TerminalMagics(Magics):
 
             In [1]: %job_kill
         """
-        args = parse_argstring(self.job_kill, line)
+        args = parse_options(self.job_kill, line)
         owner = self._owner(args.agent)
         job = self._job(args.job, owner)
         res = self._call("job_kill", {"jobId": job}, owner)
@@ -531,7 +573,7 @@ class TerminalMagics(Magics):
 
             In [1]: %jobs
         """
-        args = parse_argstring(self.jobs, line)
+        args = parse_options(self.jobs, line)
         jobs = self.tools.list_jobs(agent=self._owner(args.agent))
         lines = [visible_controls(f"{j.job_id} {j.status} {j.kind} {j.label}") for j in jobs]
         print("\n".join(lines) if lines else "no jobs")
@@ -550,7 +592,7 @@ class TerminalMagics(Magics):
             In [1]: view = %term_view
             In [2]: %term_view --text
         """
-        args = parse_argstring(self.term_view, line)
+        args = parse_options(self.term_view, line)
         owner = self._owner(args.agent)
         sid = self._session(args.session, owner)
         if args.text or not self._in_kernel():
@@ -577,7 +619,7 @@ class TerminalMagics(Magics):
 
             In [1]: %term_resize 50 100
         """
-        args = parse_argstring(self.term_resize, line)
+        args = parse_options(self.term_resize, line)
         owner = self._owner(args.agent)
         sid = self._session(args.session, owner)
         res = self._call("terminal_resize", {"sessionId": sid, "rows": args.rows, "cols": args.cols}, owner)
@@ -598,7 +640,7 @@ class TerminalMagics(Magics):
             In [1]: %term_record start demo.cast
             In [2]: %term_record stop
         """
-        args = parse_argstring(self.term_record, line)
+        args = parse_options(self.term_record, line)
         owner = self._owner(args.agent)
         sid = self._session(args.session, owner)
         call = {"sessionId": sid, "action": args.action}
@@ -621,7 +663,7 @@ class TerminalMagics(Magics):
 
             In [1]: %term_replay demo.cast --speed 4
         """
-        args = parse_argstring(self.term_replay, line)
+        args = parse_options(self.term_replay, line)
         if not self._in_kernel():
             from .replay import replay_text
             print(replay_text(args.path))
@@ -651,7 +693,7 @@ class TerminalMagics(Magics):
             In [2]: %term_mcp
             In [3]: %term_mcp stop
         """
-        args = parse_argstring(self.term_mcp, line)
+        args = parse_options(self.term_mcp, line)
         if args.action == "start":
             return self._start_mcp(args)
         if self.mcp_server is None:

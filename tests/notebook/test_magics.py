@@ -232,6 +232,26 @@ def test_errors_are_one_line_usage_errors(ip, capsys):
         ip.run_line_magic("job_output", "")
 
 
+def test_help_option_prints_the_magics_help_and_runs_nothing(ip, magics, capsys):
+    """``%term_open --help`` shows what ``%term_open?`` shows (argparse's -h is off in IPython's magics, so it
+    said only 'unrecognized arguments'); before text to send, only options ask for it."""
+    for name, line in [("term_open", "--help"), ("term_open", "python -h"), ("term_list", "--help"),
+                       ("jobs", "-h"), ("term_send", "--help"), ("term_send", "-s nowhere --timeout=3 -h"),
+                       ("term_signal", "--help")]:
+        assert ip.run_line_magic(name, line) is None
+        out = capsys.readouterr().out
+        assert f"%{name} [" in out and "Examples" in out, (name, line, out[:200])
+    assert ip.run_line_magic("term_list", "").model.root == []  # (nothing was opened)
+    ip.run_line_magic("term_open", "")
+    capsys.readouterr()
+    assert ip.run_line_magic("term_send", "echo --help").exit_code == 0
+    assert ip.run_line_magic("term_send", "-- -h").exit_code == 127  # bash: -h: command not found
+    assert "--help\n" in capsys.readouterr().out
+    for name, line in [("term_list", "--nope"), ("term_signal", ""), ("term_resize", "10")]:
+        with pytest.raises(UsageError, match=f"^%{name}: .*; see %{name} --help for its options$"):
+            ip.run_line_magic(name, line)
+
+
 def test_view_falls_back_to_text_outside_a_kernel(ip, capsys):
     ip.run_line_magic("term_open", "")
     ip.run_line_magic("term_send", "printf '\\e[31mred\\e[0m\\n'")
