@@ -15,9 +15,10 @@ see or signal anything outside it, and when its init ends everything in it
 ends, kernel death included), no network unless ``sandboxNetwork`` (then no
 abstract Unix socket of the host: :func:`abstract_socket_scope`), and a
 seccomp filter that refuses ``TIOCSTI``/``TIOCLINUX`` (keystroke injection
-into a terminal).  ``/dev`` is the host's, so the session's terminal and the
-observed readiness work exactly as outside.  When the sandbox cannot be set
-up, opening the session fails with the reason - it never runs unsandboxed.
+into a terminal).  ``/dev`` is the session's own (contained sessions' too): its
+terminal shows there as ``/dev/console``, and the observed readiness knows it by
+its node.  When the sandbox cannot be set up, opening the session fails with the
+reason - it never runs unsandboxed.
 """
 from __future__ import annotations
 
@@ -88,8 +89,9 @@ class Sandbox:
 
     @property
     def private_dev(self) -> bool:
-        """Whether the session gets a /dev of its own (its terminal shows there as ``/dev/console``)."""
-        return self.mode != "off"
+        """Whether the session gets a /dev of its own (its terminal shows there as ``/dev/console``): sandboxed
+        and contained sessions alike."""
+        return self.wrapped
 
     def describe(self) -> str:
         """One line for the session's motd: what confines and what contains the session."""
@@ -114,13 +116,14 @@ class Sandbox:
             raise BackendError(f"{what} needs bubblewrap, which is not installed: install it "
                                "(Debian/Ubuntu: apt-get install bubblewrap) or turn it off")
         check_bwrap_works(bwrap)
-        if self.mode == "off":
-            return Wrapped([bwrap, "--dev-bind", "/", "/", *_PROC, *_kernel_masks(cwd, workspace),
-                            *_contained_root_limits(), "--unshare-pid", "--as-pid-1", "--die-with-parent",
-                            "--chdir", cwd, "--", *_INIT, *argv], [])
         # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
-        # /dev/console): the host's would let the session read and write other sessions' terminals - and
-        # raw disks, whatever the read-only binds say.
+        # /dev/console): the host's would let the session read and write other sessions' terminals - take the
+        # notebook user's or another agent's keystrokes (a `cat /dev/pts/0` took their next command), write
+        # into what they see - and raw disks, whatever the read-only binds say.
+        if self.mode == "off":
+            return Wrapped([bwrap, "--dev-bind", "/", "/", "--dev", "/dev", *_shared_devices("/dev"), *_PROC,
+                            *_kernel_masks(cwd, workspace), *_contained_root_limits(), "--unshare-pid",
+                            "--as-pid-1", "--die-with-parent", "--chdir", cwd, "--", *_INIT, *argv], [])
         # No capabilities (bubblewrap keeps root's): root could remount the read-only file system writable,
         # unmount the namespace's /proc to find the host's under it, or make a node for a raw disk.
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_PROC,
@@ -188,13 +191,30 @@ _CONTAINED_ROOT_CAPABILITIES = {
     "AUDIT_CONTROL": 30, "SETFCAP": 31, "SYSLOG": 34, "WAKE_ALARM": 35, "BLOCK_SUSPEND": 36, "AUDIT_READ": 37}
 
 
+#: The host's devices a contained session's private /dev shows (names in ``/dev``, shell patterns): GPUs and
+#: other accelerators (NVIDIA's, DRM's render nodes, AMD's compute, the kernel's accel class, WSL's), KVM and
+#: FUSE - what an agent's work uses.  Nothing else: no terminal (``pts``, ``tty*``, ``vcs*``: other sessions'
+#: keystrokes and screens), no block device (raw disks, swap), no input device (a keylogger, or typing into
+#: the host's desktop through ``uinput``), no ``mem``, ``kmsg`` or ``watchdog``.
+SHARED_DEVICES = ("nvidia*", "dri", "kfd", "accel", "dxg", "kvm", "fuse")
+
+
+def _shared_devices(top: str) -> list[str]:
+    """bwrap arguments binding :data:`SHARED_DEVICES` of ``top`` (the host's ``/dev``) into a private /dev."""
+    args: list[str] = []
+    for pattern in SHARED_DEVICES:
+        for path in sorted(glob.glob(os.path.join(top, pattern))):
+            args += ["--dev-bind", path, os.path.join("/dev", os.path.basename(path))]
+    return args
+
+
 def _contained_root_limits() -> list[str]:
     """bwrap arguments that keep a contained session of a root kernel inside its namespace: the capabilities
     of :data:`_CONTAINED_ROOT_CAPABILITIES` the kernel has (bubblewrap asked for one it lacks - in a container,
-    often ``CAP_SYS_RESOURCE`` - gives the session all of root's instead), ``/dev/null`` over every block
-    device (root reads a raw disk, or the swap device, by its file mode alone: what the masks hide, and the
-    kernel's memory, lie there), and ``/sys`` read-only.  A kernel that is not root needs none of it:
-    bubblewrap gives an unprivileged sandbox no capabilities, and the files' modes keep it out."""
+    often ``CAP_SYS_RESOURCE`` - gives the session all of root's instead) and ``/sys`` read-only (its /dev is
+    its own, with no block device: root reads a raw disk, or the swap device, by its file mode alone).  A
+    kernel that is not root needs none of it: bubblewrap gives an unprivileged sandbox no capabilities, and
+    the files' modes keep it out."""
     if os.getuid() != 0:
         return []
     held = _permitted_capabilities()
@@ -202,8 +222,6 @@ def _contained_root_limits() -> list[str]:
     for name, bit in _CONTAINED_ROOT_CAPABILITIES.items():
         if held >> bit & 1:
             args += ["--cap-add", f"CAP_{name}"]
-    for path in _block_devices("/dev"):
-        args += ["--ro-bind", "/dev/null", path]
     # sysfs read-only: root writes it by file mode alone, and some of it names a program the kernel runs as root
     # outside every namespace (``/sys/kernel/uevent_helper``), or stops the machine (``/sys/power/state``).
     return [*args, "--ro-bind", "/sys", "/sys"]
@@ -219,21 +237,6 @@ def _permitted_capabilities() -> int:
     except (OSError, ValueError, IndexError):
         pass
     return 0
-
-
-def _block_devices(top: str, depth: int = 2) -> list[str]:
-    """Block device nodes in ``top`` and its subdirectories (``/dev/mapper``), ``depth`` levels down."""
-    found: list[str] = []
-    try:
-        with os.scandir(top) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False) and depth > 1 and entry.name not in ("pts", "shm"):
-                    found += _block_devices(entry.path, depth - 1)
-                elif stat.S_ISBLK(entry.stat(follow_symlinks=False).st_mode):
-                    found.append(entry.path)
-    except OSError:
-        pass
-    return sorted(found)
 
 
 #: The directories where version control keeps a repository's own files, hooks and config among them.

@@ -112,8 +112,8 @@ def test_an_orphan_without_the_token_after_the_shell_exited(contained):
 def test_root_cannot_reach_past_the_namespace(contained):
     """A root kernel's contained session kept all of root's capabilities: ``umount -l /proc`` showed the host's
     /proc under the namespace's, and with it every process's environment (the kernel's secrets); root read
-    raw disks by their mode.  Now mounts, unmounts and device nodes are refused, and block devices are
-    ``/dev/null`` there."""
+    raw disks by their mode.  Now mounts, unmounts and device nodes are refused, and no block device is
+    there (its /dev is its own)."""
     tools, agent, sid = contained
     secret = f"dsh-secret-{secrets.token_hex(8)}"
     holder = subprocess.Popen(["sleep", "60"], env={**os.environ, "PLANTED_TOKEN": secret})
@@ -142,6 +142,46 @@ def test_root_cannot_reach_past_the_namespace(contained):
     # sysfs too (/sys/kernel/uevent_helper names a program the kernel runs as root on a device event).
     r = send(tools, agent, sid, "awk '$5 == \"/sys\" {print $6}' /proc/self/mountinfo | tail -1")  # (the top one)
     assert r.viewport.splitlines()[1].startswith("ro,") or os.getuid() != 0, r.viewport
+
+
+
+def test_a_contained_session_cannot_reach_other_terminals():
+    """A contained session had the host's /dev: an agent's `cat /dev/pts/0` took the notebook user's next
+    command (a password typed for ssh as readily), and `echo > /dev/pts/N` wrote into another agent's screen.
+    Its /dev is now its own: its terminal is /dev/console there, a devpts of its own serves the ptys it opens,
+    and of the host's devices only accelerators, KVM and FUSE are there (no terminal, disk or input device)."""
+    user, agent, other = Agent("notebook user"), Agent("intruder"), Agent("other")
+    tools = TerminalTools(user=user)
+    try:
+        _intrude(tools, user, agent, other)
+    finally:
+        tools.shutdown()
+
+
+def _intrude(tools, user, agent, other):
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    mine = tools.call("terminal_open", {"type": "shell"}, agent=user).session_id
+    theirs = tools.call("terminal_open", {"type": "shell"}, agent=other).session_id
+    paths = [tools.manager.loop_thread.call(tools.manager.session, owner, victim).child.tty_path
+             for owner, victim in ((user, mine), (other, theirs))]
+    r = send(tools, agent, sid, "ls /dev/pts; tty")
+    assert r.viewport.splitlines()[1:3] == ["ptmx", "/dev/console"], r.viewport
+    for path in paths:
+        r = send(tools, agent, sid, f"(timeout 5 cat {path} > /tmp/taken 2>&1 &); echo spoofed > {path}; echo rc=$?")
+        assert "rc=1" in r.viewport, r.viewport
+    for owner, victim in ((user, mine), (other, theirs)):
+        r = tools.call("terminal_send", {"sessionId": victim, "text": "echo still-mine"}, agent=owner)
+        assert r.viewport.splitlines()[1:2] == ["still-mine"], r.viewport
+        assert "spoofed" not in tools.call("terminal_read", {"sessionId": victim}, agent=owner).text
+    shared = [name for name in ("kvm", "fuse") if os.path.exists(f"/dev/{name}")]
+    disks = [path for path in glob.glob("/dev/*") if stat.S_ISBLK(os.stat(path, follow_symlinks=False).st_mode)]
+    looked = [f"/dev/{name}" for name in shared + ["tty1", "input", "mem"]] + disks[:4]
+    r = send(tools, agent, sid, f"for p in {' '.join(looked)}; do [ -e $p ] && echo found-$p; done; echo end")
+    assert [line for line in r.viewport.splitlines() if line.startswith("found-")] == \
+        [f"found-/dev/{name}" for name in shared], r.viewport
+    r = send(tools, agent, sid, "python3 -c \"print('got', open('/dev/console').readline().strip())\"", idle=20)
+    assert r.wait_reason == "stdin_read", r
+    assert "got abc" in send(tools, agent, sid, "abc").viewport
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="raw clone syscall numbers")
