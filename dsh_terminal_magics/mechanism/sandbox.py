@@ -119,11 +119,14 @@ class Sandbox:
         # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
         # /dev/console): the host's would let the session read and write other sessions' terminals - take the
         # notebook user's or another agent's keystrokes (a `cat /dev/pts/0` took their next command), write
-        # into what they see - and raw disks, whatever the read-only binds say.
+        # into what they see - and raw disks, whatever the read-only binds say.  IPC of its own: System V shared
+        # memory, semaphores and message queues of the user's other programs (a desktop's X clients share
+        # their windows' pixels that way) are not there.
         if self.mode == "off":
             return Wrapped([bwrap, "--dev-bind", "/", "/", "--dev", "/dev", *_shared_devices("/dev"), *_PROC,
                             *_kernel_masks(cwd, workspace), *_contained_root_limits(), "--unshare-pid",
-                            "--as-pid-1", "--die-with-parent", "--chdir", cwd, "--", *_INIT, *argv], [])
+                            "--unshare-ipc", "--as-pid-1", "--die-with-parent", "--chdir", cwd, "--", *_INIT,
+                            *argv], [])
         # No capabilities (bubblewrap keeps root's): root could remount the read-only file system writable,
         # unmount the namespace's /proc to find the host's under it, or make a node for a raw disk.
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_PROC,

@@ -3,6 +3,7 @@ environment or the watchdog.  The checker looks for each process by a unique mar
 /proc, independently of the mechanism under test."""
 from __future__ import annotations
 
+import ctypes
 import glob
 import os
 import platform
@@ -182,6 +183,21 @@ def _intrude(tools, user, agent, other):
     r = send(tools, agent, sid, "python3 -c \"print('got', open('/dev/console').readline().strip())\"", idle=20)
     assert r.wait_reason == "stdin_read", r
     assert "got abc" in send(tools, agent, sid, "abc").viewport
+
+
+def test_a_contained_session_has_ipc_of_its_own(contained):
+    """System V shared memory of the user's other programs (a desktop's X clients share their windows' pixels
+    that way) was there for an agent's contained session to attach; its IPC namespace is now its own."""
+    tools, agent, sid = contained
+    libc = ctypes.CDLL(None, use_errno=True)
+    segment = libc.shmget(0, 4096, 0o600 | 0o1000)  # IPC_PRIVATE, IPC_CREAT
+    assert segment >= 0, ctypes.get_errno()
+    try:
+        assert f" {segment} " in open("/proc/sysvipc/shm").read()
+        r = send(tools, agent, sid, "wc -l < /proc/sysvipc/shm")
+        assert r.viewport.splitlines()[1].strip() == "1", r.viewport  # (the header line only)
+    finally:
+        libc.shmctl(segment, 0, None)  # IPC_RMID
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="raw clone syscall numbers")
