@@ -207,7 +207,8 @@ def _shared_devices(top: str) -> list[str]:
     args: list[str] = []
     for pattern in SHARED_DEVICES:
         for path in sorted(glob.glob(os.path.join(top, pattern))):
-            args += ["--dev-bind", path, os.path.join("/dev", os.path.basename(path))]
+            if os.path.exists(path):  # (not a dangling symlink: bubblewrap would refuse to start)
+                args += ["--dev-bind", path, os.path.join("/dev", os.path.basename(path))]
     return args
 
 
