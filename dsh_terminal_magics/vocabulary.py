@@ -8,6 +8,7 @@ checked against the same bound).
 from __future__ import annotations
 
 import signal as signal_module
+import unicodedata
 from typing import Literal, get_args
 
 from .errors import InvalidArgumentError
@@ -50,6 +51,21 @@ def signal_name(name: object) -> str:
             return canonical
     raise InvalidArgumentError(f"invalid signal {name!r}: use one of {', '.join(SIGNAL_NAMES)} "
                                "(the SIG prefix is optional)")
+
+
+#: Characters a session's name may not hold: control characters and line or paragraph separators (a name is
+#: shown in line-oriented text a model reads: a line break in one made a session list show a line of its own)
+#: and the bidirectional controls (they make what a line shows differ from what it holds).
+_UNSHOWABLE_IN_NAMES = frozenset("\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def session_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a session (None when it can)."""
+    for char in name:
+        if char in _UNSHOWABLE_IN_NAMES or unicodedata.category(char) == "Cc":
+            return (f"session name {name!r} holds {char!r}, a control character: names are shown in the lines a "
+                    "model reads - use printable text, e.g. 'main'")
+    return None
 
 
 def wait_seconds_problem(name: str, value: object) -> str | None:

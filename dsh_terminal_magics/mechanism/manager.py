@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from ..errors import (InvalidArgumentError, SessionLimitError, SessionNotRunningError, TerminalError,
                       UnknownSessionError)
 from ..owners import new_id
-from ..vocabulary import COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE, SIGNALS, signal_name, \
-    wait_seconds_problem
+from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE, SIGNALS, session_name_problem,
+                          signal_name, wait_seconds_problem)
 from .backends import BASE_ENV, BackendRegistry
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy
@@ -114,6 +114,9 @@ class SessionManager:
         if sandbox.mode != "off" and not os.path.isdir(root):
             raise TerminalError(f"the workspace root {root!r} (the one directory a sandboxed session may write) is "
                                 "not an existing directory: create it, or give the tools an existing workspace root")
+        problem = session_name_problem(name) if name is not None else None
+        if problem:
+            raise InvalidArgumentError(problem)
         self._check_caps(owner)
         if name is not None and any(s.owner is owner and s.name == name and s.status != "closed"
                                     for s in self._sessions.values()):

@@ -23,6 +23,17 @@ def test_bad_cwd(manager, agent, cwd):
     assert manager.sync.list(agent) == []
 
 
+@pytest.mark.parametrize("name", ["two\nlines", "tab\there", "osc\x1b]52;c;aGk=\x07", "bidi\u202eevil", "line\u2028sep"])
+def test_a_session_name_with_a_control_character_is_refused(manager, agent, name):
+    """A name is shown in the lines a model reads (a session list): a line break in one made a line of its own,
+    an ESC in one reached the user's terminal from ``%term_list``."""
+    with pytest.raises(InvalidArgumentError, match="session name .* holds .*: names are shown in the lines"):
+        manager.sync.open(agent, "shell", name=name)
+    assert manager.sync.list(agent) == []
+    info = manager.sync.open(agent, "shell", name="größe 😀 main")  # (any printable text is a name)
+    manager.sync.close(agent, info.session_id)
+
+
 def test_cwd_is_used(manager, agent, tmp_path):
     info = manager.sync.open(agent, "shell", cwd=str(tmp_path))
     try:

@@ -25,6 +25,7 @@ TOOL_CASES = [
     ("terminal_open", {"type": "shell", "name": ""}, "argument 'name'"),
     ("terminal_open", {"type": "shell", "name": "n" * 65}, "argument 'name'"),
     ("terminal_open", {"type": "shell", "name": 5}, "argument 'name'"),
+    ("terminal_open", {"type": "shell", "name": "two\nlines"}, "holds '\\n', a control character"),
     ("terminal_open", {"type": "shell", "extra": 1}, "unknown argument 'extra'"),
     ("terminal_open", {"type": "shell", "name": "main"}, "already have a terminal session named 'main'"),
     ("terminal_send", {}, "missing required argument 'sessionId'"),
