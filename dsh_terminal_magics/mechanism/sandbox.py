@@ -32,6 +32,7 @@ import stat
 import struct
 import subprocess
 import sys
+from collections import deque
 from dataclasses import dataclass
 from itertools import islice
 from typing import Callable, Iterable, Literal, NamedTuple
@@ -56,8 +57,10 @@ _SYS_LANDLOCK_RESTRICT_SELF = {"x86_64": 446, "aarch64": 446}
 _PR_SET_NO_NEW_PRIVS = 38
 #: Most host Unix sockets outside the masked directories a sandbox masks one by one (a bind mount each).
 MAX_MASKED_SOCKETS = 4096
-#: Most entries of the workspace looked at for repositories (``.git``, ``.hg``, ``.jj``) kept read-only.
-MAX_REPOSITORY_LOOKS = 1024
+#: Most entries of the workspace looked at for repositories (``.git``, ``.hg``, ``.jj``) kept read-only, and
+#: how many directories down from the workspace they are looked for (``work/org/project/.git``: 2).
+MAX_REPOSITORY_LOOKS = 4096
+MAX_REPOSITORY_DEPTH = 4
 
 
 class Wrapped(NamedTuple):
@@ -285,29 +288,45 @@ def _repository_directories(workspace: str, cwd: str) -> list[str]:
     they hold outside the sandbox - a git hook written there runs at the user's next commit, a
     ``core.fsmonitor`` command in a repository's config at their next ``git status`` (Mercurial's hooks and
     jj's configured commands alike).  Looked for: the ``.git``, ``.hg`` and ``.jj`` of the workspace, of each
-    directory from it down to ``cwd``, and of its subdirectories (a folder of repositories); a ``.git`` file
-    (a worktree, a submodule) and the directory it names, when that is in the workspace."""
-    places = {workspace}
+    directory from it down to ``cwd``, and of its directories :data:`MAX_REPOSITORY_DEPTH` levels down (a
+    folder of repositories, an organisation's folders of them), nearest first, at most
+    :data:`MAX_REPOSITORY_LOOKS` entries looked at; a ``.git`` file (a worktree, a submodule) and the
+    directory it names, when that is in the workspace."""
+    candidates = _repositories_below(workspace)
     place = cwd
     while _within(place, workspace) and place != workspace:
-        places.add(place)
+        candidates.update(path for name in _REPOSITORY_DIRECTORIES
+                          if os.path.lexists(path := os.path.join(place, name)))
         place = os.path.dirname(place)
-    try:
-        with os.scandir(workspace) as entries:
-            places.update(entry.path for entry in islice(entries, MAX_REPOSITORY_LOOKS)
-                          if entry.is_dir(follow_symlinks=False))
-    except OSError:
-        pass
     found: set[str] = set()
-    for repository in (os.path.join(place, name) for place in places for name in _REPOSITORY_DIRECTORIES):
-        if not os.path.lexists(repository):
-            continue
+    for repository in candidates:
         found.add(os.path.realpath(repository))
         if repository.endswith("/.git") and os.path.isfile(repository):  # (it names the repository's directory)
             named = _named_git_directory(repository)
             if named is not None and _within(named, workspace) and os.path.isdir(named):
                 found.add(named)
     return sorted(path for path in found if _within(path, workspace))
+
+
+def _repositories_below(top: str) -> set[str]:
+    """The ``.git``, ``.hg`` and ``.jj`` entries of ``top`` and of its directories :data:`MAX_REPOSITORY_DEPTH`
+    levels down, nearest first, until :data:`MAX_REPOSITORY_LOOKS` entries have been looked at (symlinked
+    directories not followed, repositories' own directories not entered)."""
+    found: set[str] = set()
+    queue, looks = deque([(top, 0)]), MAX_REPOSITORY_LOOKS
+    while queue and looks > 0:
+        directory, depth = queue.popleft()
+        try:
+            with os.scandir(directory) as entries:
+                for entry in islice(entries, looks):
+                    looks -= 1
+                    if entry.name in _REPOSITORY_DIRECTORIES:
+                        found.add(entry.path)
+                    elif depth < MAX_REPOSITORY_DEPTH and entry.is_dir(follow_symlinks=False):
+                        queue.append((entry.path, depth + 1))
+        except OSError:
+            continue
+    return found
 
 
 def _named_git_directory(git_file: str) -> str | None:

@@ -337,10 +337,11 @@ def test_the_kernels_own_environment_in_the_workspace_stays_read_only(sandboxed,
 def test_the_workspaces_git_repositories_stay_read_only(sandboxed, tmp_path):
     """git runs what a repository holds outside the sandbox: a hook a sandboxed session wrote ran at the
     user's next commit, a ``core.fsmonitor`` command at their next ``git status`` (Mercurial's hooks alike).
-    The repositories of the workspace (its own, its subdirectories', one a ``.git`` file names, a ``.hg``)
-    are read-only there; the rest of the workspace stays writable and git still reads them."""
+    The repositories of the workspace (its own, those of its directories a few levels down - an organisation's
+    folder of them -, one a ``.git`` file names, a ``.hg``) are read-only there; the rest of the workspace
+    stays writable and git still reads them."""
     work = tmp_path / "workspace-write"
-    for repo in (work, work / "app"):
+    for repo in (work, work / "app", work / "org" / "team" / "service"):
         repo.mkdir(parents=True)
         subprocess.run(["git", "init", "-q", str(repo)], check=True)
     (work / "modules" / "lib.git").mkdir(parents=True)
@@ -349,7 +350,8 @@ def test_the_workspaces_git_repositories_stay_read_only(sandboxed, tmp_path):
     (work / "hg" / ".hg").mkdir(parents=True)
     tools, agent, opened, work, send = sandboxed()
     for write in ("echo 'touch ~/pwned' > .git/hooks/pre-commit", "git config core.fsmonitor 'touch ~/pwned'",
-                  "echo x > app/.git/hooks/post-checkout", "echo x > modules/lib.git/config",
+                  "echo x > app/.git/hooks/post-checkout", "echo x > org/team/service/.git/hooks/pre-commit",
+                  "echo x > modules/lib.git/config",
                   "echo 'gitdir: /elsewhere' > lib/.git", "rm -rf app/.git",
                   "printf '[hooks]\\npre-status = touch ~/pwned\\n' > hg/.hg/hgrc"):
         r = send(f"{write}; echo rc=$?")
