@@ -57,9 +57,9 @@ _SYS_LANDLOCK_RESTRICT_SELF = {"x86_64": 446, "aarch64": 446}
 _PR_SET_NO_NEW_PRIVS = 38
 #: Most host Unix sockets outside the masked directories a sandbox masks one by one (a bind mount each).
 MAX_MASKED_SOCKETS = 4096
-#: Most entries of the workspace looked at for repositories (``.git``, ``.hg``, ``.jj``) kept read-only, and
-#: how many directories down from the workspace they are looked for (``work/org/project/.git``: 2).
+#: Most entries of the workspace looked at for repositories (``.git``, ``.hg``, ``.jj``) kept read-only.
 MAX_REPOSITORY_LOOKS = 4096
+#: How many directories down from the workspace repositories are looked for (``work/org/project/.git``: 2).
 MAX_REPOSITORY_DEPTH = 4
 
 
