@@ -114,7 +114,7 @@ class SessionManager:
         if sandbox.mode != "off" and not os.path.isdir(root):
             raise TerminalError(f"the workspace root {root!r} (the one directory a sandboxed session may write) is "
                                 "not an existing directory: create it, or give the tools an existing workspace root")
-        problem = session_name_problem(name) if name is not None else None
+        problem = sandbox.cwd_problem(where) or (session_name_problem(name) if name is not None else None)
         if problem:
             raise InvalidArgumentError(problem)
         self._check_caps(owner)

@@ -96,6 +96,15 @@ class Sandbox:
         and contained sessions alike."""
         return self.wrapped
 
+    def cwd_problem(self, cwd: str) -> str | None:
+        """Why a session cannot start in directory ``cwd`` under this wrapping (None when it can): a wrapped
+        session's /dev is its own, where the host's directories in /dev are not (bubblewrap failed to start
+        the session there, which then showed as exited)."""
+        if self.private_dev and _within(os.path.realpath(cwd), "/dev"):
+            return (f"cwd {cwd!r} is in /dev, and this session's /dev is its own (the host's devices are not "
+                    "there): pick a directory outside /dev")
+        return None
+
     def describe(self) -> str:
         """One line for the session's motd: what confines and what contains the session."""
         if self.mode != "off":

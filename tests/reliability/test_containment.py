@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from dsh_terminal_magics import Agent, TerminalTools
+from dsh_terminal_magics import Agent, TerminalError, TerminalTools
 from dsh_terminal_magics.tools import sandbox_problem
 from tests.conftest import wait_for
 
@@ -275,3 +275,19 @@ def test_only_accelerators_kvm_and_fuse_are_shared_into_the_private_dev(tmp_path
     assert args[0::3] == ["--dev-bind"] * 5
     assert args[2::3] == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/dri", "/dev/kvm", "/dev/fuse"]
     assert args[1::3] == [str(tmp_path / name) for name in ("nvidia0", "nvidiactl", "dri", "kvm", "fuse")]
+
+
+def test_a_contained_session_cannot_start_in_the_hosts_dev():
+    """Its /dev is its own: a cwd in the host's (``/dev/net``) made bubblewrap fail to start the session, which
+    then showed as exited with bubblewrap's message.  Now such a cwd is refused at open, and nothing is left;
+    the notebook user's own sessions (not contained) still start there."""
+    user, agent = Agent("notebook user"), Agent("contained")
+    tools = TerminalTools(user=user)
+    try:
+        with pytest.raises(TerminalError, match="cwd '/dev' is in /dev, and this session's /dev is its own"):
+            tools.call("terminal_open", {"type": "shell", "cwd": "/dev"}, agent=agent)
+        assert tools.call("terminal_list", {}, agent=agent).root == []
+        opened = tools.call("terminal_open", {"type": "shell", "cwd": "/dev"}, agent=user)
+        assert opened.status == "running"
+    finally:
+        tools.shutdown()
