@@ -21,8 +21,8 @@ import signal as signal_module
 import weakref
 from dataclasses import dataclass
 
-from ..errors import (InvalidArgumentError, SessionLimitError, SessionNotRunningError, TerminalError,
-                      UnknownSessionError)
+from ..errors import (BackendError, InvalidArgumentError, SessionLimitError, SessionNotRunningError,
+                      TerminalError, UnknownSessionError)
 from ..owners import new_id
 from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE, SIGNALS, session_name_problem,
                           signal_name, wait_seconds_problem)
@@ -143,6 +143,10 @@ class SessionManager:
         try:
             await session.open(spawning)
             await session.wait_started()
+            failure = session.wrapper_failure()
+            if failure is not None:
+                raise BackendError(f"bubblewrap could not start the session ({failure}): what it needs is not "
+                                   "there inside its namespace - open it in another cwd")
             if session.closing is not None:
                 raise TerminalError("the session was closed while it started (its manager was shut down, or its "
                                     "owner's sessions were closed): open a new one if it is still needed")

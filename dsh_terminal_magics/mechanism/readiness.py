@@ -166,12 +166,14 @@ class ReadinessProbe:
                  private_dev: bool = False) -> None:
         """``private_dev``: the session has a /dev of its own (a sandbox), where our terminal has another name
         and a pts of its own devpts may share our pts's path: then a wait is matched by the node, not the path
-        (one ``stat`` more per look; elsewhere the path is unique)."""
+        (one ``stat`` more per look; elsewhere the path is unique).  ``slave_fd`` is -1 (and ``tty_path``
+        empty) when the program was gone before its terminal could be opened: nothing is observed then."""
         self.master_fd = master_fd
         self.slave_fd = slave_fd
         #: A poll of the slave: polling a tty hands it the input still in transit (see :meth:`unread_input`).
         self._transit = select.poll()
-        self._transit.register(slave_fd, select.POLLIN)
+        if slave_fd >= 0:
+            self._transit.register(slave_fd, select.POLLIN)
         self.tty_path = tty_path
         #: The program the session runs (the shell, a REPL): found under a wrapper once it started.
         self._leader_pid = leader_pid
@@ -198,7 +200,7 @@ class ReadinessProbe:
         self._kids: dict[int, list[int]] = {}
         #: /proc files read by checks; the program's are kept open (a check re-reads the same dozen files).
         self._files = ProcFiles(leader_pid)
-        self.available = HAVE_PROC and bool(_SYSCALLS)
+        self.available = HAVE_PROC and bool(_SYSCALLS) and slave_fd >= 0
         try:
             #: The pts's device number, as ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal.
             self.tty_rdev: int | None = os.stat(tty_path).st_rdev if tty_path else None
@@ -354,6 +356,8 @@ class ReadinessProbe:
 
     def _unread_now(self) -> int:
         """:meth:`unread_input` without handing over input in transit (a check did that as it began)."""
+        if self.slave_fd < 0:
+            return -1
         try:
             buf = fcntl.ioctl(self.slave_fd, termios.TIOCINQ, b"\0\0\0\0")
         except OSError:

@@ -195,6 +195,15 @@ class Session:
         self.motd = "\n".join(filter(None, [self.spec.description, self.sandbox.describe(), startup[-1024:]]))
         return self.motd
 
+    def wrapper_failure(self) -> str | None:
+        """The wrapper's own error when it could not start the program (bubblewrap exited at once with
+        ``bwrap: ...``: a mount it could not make, a directory it could not enter), else None."""
+        if not self.sandbox.wrapped or self.status != "exited":
+            return None
+        data, _ = self.raw.since(0)
+        first = data.lstrip().split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+        return first if first.startswith("bwrap: ") else None
+
     def _find_shell(self) -> None:
         """Under a wrapper (the sandbox's, the backend's own), find the program at the first prompt: the holder
         of the foreground when it made a group of its own (bash, python), else the first process below the

@@ -1408,3 +1408,23 @@ def test_a_timed_wait_under_a_hidden_cursor_at_a_line_start_is_a_prompt(manager,
     assert r.wait_reason == "stdin_read" and "> abc" in r.viewport, r
     r = send(manager, agent, shell, "q", submit=False, idle=3, timeout=20)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("$ "), r
+
+
+def test_a_program_gone_before_its_terminal_was_opened_leaves_nothing_to_observe():
+    """A program that exits at once (bubblewrap refusing to set a session up) can be gone before the session
+    opens its terminal's other end: the probe got fd -1, and registering it for the input-in-transit poll
+    raised ValueError out of the open.  Now such a probe observes nothing and says so."""
+    import pty
+
+    from dsh_terminal_magics.mechanism.readiness import Fence, ReadinessProbe
+
+    master, slave = pty.openpty()
+    try:
+        probe = ReadinessProbe(master, -1, "", os.getpid())
+        assert not probe.available
+        assert probe.unread_input() == -1
+        assert probe.waiting_for_input(Fence()) is None
+        probe.close()
+    finally:
+        os.close(master)
+        os.close(slave)

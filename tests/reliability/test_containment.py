@@ -291,3 +291,20 @@ def test_a_contained_session_cannot_start_in_the_hosts_dev():
         assert opened.status == "running"
     finally:
         tools.shutdown()
+
+
+def test_a_wrapper_that_cannot_start_the_session_is_an_error(monkeypatch):
+    """bubblewrap that fails to set a session up (a bind whose source is gone, a directory it cannot enter)
+    exits at once with ``bwrap: ...``: the open returned a session already exited, its message in the motd.
+    Now the open fails with that message, and no session is left."""
+    from dsh_terminal_magics.mechanism import sandbox as sandbox_module
+    monkeypatch.setattr(sandbox_module, "_shared_devices",
+                        lambda top: ["--dev-bind", "/nonexistent-dsh-device", "/dev/gone"])
+    tools, agent = TerminalTools(), Agent("contained")
+    try:
+        with pytest.raises(TerminalError, match=r"bubblewrap could not start the session \(bwrap: .*"
+                                                r"nonexistent-dsh-device.*\): .* open it in another cwd"):
+            tools.call("terminal_open", {"type": "shell"}, agent=agent)
+        assert tools.call("terminal_list", {}, agent=agent).root == []
+    finally:
+        tools.shutdown()
