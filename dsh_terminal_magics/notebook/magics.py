@@ -11,13 +11,14 @@ notebook.
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 import time
 from typing import Any, Callable
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Dict, Float, Int, TraitError, observe, validate
 
 from ..errors import TerminalError
@@ -28,7 +29,9 @@ from ..tools.render import unsent_note
 from ..vocabulary import max_result_bytes_problem, signal_name, wait_seconds_problem
 from .display import TermResult, footer_html, footer_text, visible_controls
 
-_TOKEN = re.compile(r"\s*(\S+)")
+#: A word of a magic's line, as a shell splits it: quoted parts keep their spaces (``-s "build server"``); a
+#: quote left open is part of a plain word.
+_TOKEN = re.compile(r"""\s*((?:[^\s"']+|"[^"]*"|'[^']*')+|\S+)""")
 #: Seconds between polls of ``%job_output --wait``.
 JOB_POLL_INTERVAL = 0.1
 
@@ -42,7 +45,10 @@ def split_options(line: str, parser: Any) -> tuple[list[str], str]:
     """Split a leading options prefix from the raw text that follows it.
 
     Options end at ``--`` or at the first word that is not an option; the
-    rest of the line is returned exactly as typed.
+    rest of the line is returned exactly as typed.  An option's value may be
+    quoted as in a shell (``-s "build server"``, ``--session='build server'``);
+    the options come back as argparse takes them (``--timeout=3``: two words,
+    quotes gone).
     """
     takes_value = option_arity(parser)
     tokens: list[str] = []
@@ -57,19 +63,31 @@ def split_options(line: str, parser: Any) -> tuple[list[str], str]:
             return tokens, rest[1:] if rest[:1] in (" ", "\t") else rest
         if not token.startswith("-") or token == "-":
             return tokens, line[match.start(1):]
-        name = token.split("=", 1)[0]
+        name, equals, inline = token.partition("=")
         if name not in takes_value:
             known = ", ".join(sorted(o for o in takes_value if o.startswith("--")))
             raise UsageError(f"unknown option {name}: the options are {known}; put `--` before text "
                              "that starts with '-'")
-        tokens.append(token)
+        tokens += [name, _unquoted(name, inline)] if equals else [token]
         pos = match.end()
-        if takes_value[name] and "=" not in token:
+        if takes_value[name] and not equals:
             value = _TOKEN.match(line, pos)
             if value is None:
                 raise UsageError(f"option {name} needs a value")
-            tokens.append(value.group(1))
+            tokens.append(_unquoted(name, value.group(1)))
             pos = value.end()
+
+
+def _unquoted(option: str, word: str) -> str:
+    """An option's value as a shell reads ``word`` (its quotes gone)."""
+    try:
+        parts = shlex.split(word)
+    except ValueError:
+        parts = []
+    if len(parts) != 1:
+        raise UsageError(f"option {option}: its value {word} is not one word (a quote left open?): quote a value "
+                         "with spaces whole, e.g. -s \"build server\"")
+    return parts[0]
 
 
 def config_problem(name: str, value: Any) -> str | None:
@@ -135,7 +153,7 @@ def asks_for_help(line: str, text_parser: Any = None) -> bool:
     """Whether ``line`` asks for help (``-h`` or ``--help`` before ``--``); for a magic whose options are
     followed by text it sends (``text_parser``: its parser), only among those options."""
     takes_value = option_arity(text_parser) if text_parser is not None else {}
-    tokens = iter(line.split())
+    tokens = iter(_TOKEN.findall(line))
     for token in tokens:
         if token == "--":
             return False
@@ -149,12 +167,20 @@ def asks_for_help(line: str, text_parser: Any = None) -> bool:
     return False
 
 
-def parse_options(magic: Any, line: str) -> Any:
-    """``line`` parsed by ``magic``'s options (``magic_arguments``); a wrong option says where the right ones are."""
+def parse_options(magic: Any, line: str | list[str]) -> Any:
+    """``line`` (or its words, as :func:`split_options` gives them) parsed by ``magic``'s options
+    (``magic_arguments``); a wrong option says where the right ones are.  Words are split as a shell splits
+    them, quotes removed: IPython's own splitting kept them (``--name "build server"`` named a session
+    ``"build server"``, quotes included, and split ``--name="a b"`` inside them)."""
+    name = magic.__name__
     try:
-        return parse_argstring(magic, line)
+        words = line if isinstance(line, list) else shlex.split(line)
+    except ValueError:
+        raise UsageError(f"%{name}: a quote is left open in {line!r}: close it, or quote a value with spaces "
+                         "whole, e.g. --name \"build server\"") from None
+    try:
+        return magic.parser.parse_args(words)
     except UsageError as exc:
-        name = magic.__name__
         raise UsageError(f"%{name}: {exc}; see %{name} --help for its options") from None
 
 
@@ -346,7 +372,7 @@ class TerminalMagics(Magics):
             In [6]: %term_send --keys Esc,:,w,q,Enter
         """
         tokens, text = split_options(line, self.term_send.parser)
-        args = parse_options(self.term_send, " ".join(tokens))
+        args = parse_options(self.term_send, tokens)
         if cell is not None:
             if text.strip():
                 raise UsageError("%%term_send: put the text in the cell body, only options on the first line")

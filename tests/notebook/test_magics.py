@@ -265,9 +265,29 @@ def test_split_options_keeps_the_rest_verbatim(magics):
     parser = magics.term_send.parser
     assert split_options('-s a --bg  echo  "x  y" ', parser) == (["-s", "a", "--bg"], 'echo  "x  y" ')
     assert split_options("-- --bg", parser) == ([], "--bg")
-    assert split_options("--timeout=3 ls", parser) == (["--timeout=3"], "ls")
+    assert split_options("--timeout=3 ls", parser) == (["--timeout", "3"], "ls")
     with pytest.raises(UsageError, match="unknown option --nope"):
         split_options("--nope", parser)
+
+
+def test_quoted_option_values_lose_their_quotes_as_in_a_shell(ip, magics, capsys):
+    """IPython's splitting kept quotes: ``%term_open --name "build server"`` named a session ``"build server"``,
+    quotes included, ``--name="a b"`` was cut inside them, and ``%term_send -s "build server"`` cut the value at
+    its space.  Now values are shell words everywhere; the text sent stays exactly as typed."""
+    parser = magics.term_send.parser
+    assert split_options('-s "build server" echo  "x  y"', parser) == (["-s", "build server"], 'echo  "x  y"')
+    assert split_options("--session='a b' ls", parser) == (["--session", "a b"], "ls")
+    assert split_options('"quoted" text', parser) == ([], '"quoted" text')
+    assert ip.run_line_magic("term_open", '--name "build server"').name == "build server"
+    assert ip.run_line_magic("term_open", "--name='eq form'").name == "eq form"
+    capsys.readouterr()
+    r = ip.run_line_magic("term_send", '-s "build server" echo "a  b"')
+    assert r.exit_code == 0 and "a  b\n" in capsys.readouterr().out
+    assert ip.run_line_magic("term_send", "--session='eq form' --timeout=5 true").exit_code == 0
+    assert ip.run_line_magic("term_send", '-s "build server" --help') is None  # (help, not a send)
+    for magic, line in [("term_open", '--name "open'), ("term_send", '-s "open echo x')]:
+        with pytest.raises(UsageError, match="quote"):
+            ip.run_line_magic(magic, line)
 
 
 def test_interrupt_stops_the_program_and_returns(ip, magics, capsys):
