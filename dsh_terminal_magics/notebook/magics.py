@@ -90,6 +90,17 @@ def _unquoted(option: str, word: str) -> str:
     return parts[0]
 
 
+#: One key of ``--keys``: a comma itself (vim's leader key; after modifiers too: ``M-,``), or a name up to the
+#: next comma.
+_KEY = re.compile(r"(?:^|,)((?:[CSM]-)*(?:,|[^,]+))")
+
+
+def key_list(keys: str) -> tuple[str, ...]:
+    """The keys ``--keys`` names, comma-separated; a comma key is written as itself (``Esc,,,w``: Esc, a comma,
+    w)."""
+    return tuple(_KEY.findall(keys))
+
+
 def config_problem(name: str, value: Any) -> str | None:
     """Why ``value`` is not acceptable for config option ``name`` (None when it is)."""
     if name == "max_result_bytes":
@@ -345,7 +356,8 @@ class TerminalMagics(Magics):
     @argument("--idle", type=float, default=None, help="Seconds of silence that end the wait.")
     @argument("--bg", action="store_true", help="Run as a background job; returns the job id at once.")
     @argument("--lines", action="store_true", help="Cell mode: send line by line, waiting for each prompt.")
-    @argument("--keys", default=None, help="Named keys sent after the text, comma-separated (Esc,:,w,q,Enter); "
+    @argument("--keys", default=None, help="Named keys sent after the text, comma-separated (Esc,:,w,q,Enter; a "
+                                           "comma key as itself: Esc,,,w); "
                                            "no Enter follows them unless named.")
     @agent_option
     @no_var_expand
@@ -381,7 +393,7 @@ class TerminalMagics(Magics):
         sid = self._session(args.session, owner)
         timeout = args.timeout if args.timeout is not None else self.timeout
         idle = args.idle if args.idle is not None else self.idle
-        keys = tuple(k for k in (args.keys or "").split(",") if k)
+        keys = key_list(args.keys or "")
         if args.bg:
             return self._send_background(owner, sid, text, args.no_submit, timeout, idle, keys)
         pieces = text.split("\n") if (args.lines and cell is not None) else [text]

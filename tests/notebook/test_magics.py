@@ -8,7 +8,7 @@ import pytest
 from IPython.core.error import UsageError
 
 from dsh_terminal_magics import Agent, TerminalError
-from dsh_terminal_magics.notebook.magics import TerminalMagics, keep_question_marks, split_options
+from dsh_terminal_magics.notebook.magics import TerminalMagics, keep_question_marks, key_list, split_options
 
 MAGIC_NAMES = TerminalMagics.magics
 
@@ -268,6 +268,17 @@ def test_split_options_keeps_the_rest_verbatim(magics):
     assert split_options("--timeout=3 ls", parser) == (["--timeout", "3"], "ls")
     with pytest.raises(UsageError, match="unknown option --nope"):
         split_options("--nope", parser)
+
+
+def test_a_comma_key_is_written_as_itself(ip, capsys):
+    """``--keys`` is comma-separated, so a comma key (vim's leader) could not be named at all: its empty items
+    were dropped.  Now a comma stands for itself, after modifiers too."""
+    assert key_list("Esc,,,w") == ("Esc", ",", "w")
+    assert key_list("M-,,C-c,S-Tab,") == ("M-,", "C-c", "S-Tab")
+    ip.run_line_magic("term_open", "")
+    capsys.readouterr()
+    r = ip.run_line_magic("term_send", "--keys e,c,h,o,Space,x,,,y,Enter")
+    assert r.exit_code == 0 and "\nx,y\n" in capsys.readouterr().out
 
 
 def test_quoted_option_values_lose_their_quotes_as_in_a_shell(ip, magics, capsys):
