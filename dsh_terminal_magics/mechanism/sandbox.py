@@ -207,11 +207,12 @@ _CONTAINED_ROOT_CAPABILITIES = {
 
 
 #: The host's devices a contained session's private /dev shows (names in ``/dev``, shell patterns): GPUs and
-#: other accelerators (NVIDIA's, DRM's render nodes, AMD's compute, the kernel's accel class, WSL's), KVM and
+#: other accelerators (NVIDIA's, DRM's render nodes, AMD's compute, the kernel's accel class and TPU VMs'
+#: ``accel0``..., WSL's), KVM and
 #: FUSE - what an agent's work uses.  Nothing else: no terminal (``pts``, ``tty*``, ``vcs*``: other sessions'
 #: keystrokes and screens), no block device (raw disks, swap), no input device (a keylogger, or typing into
 #: the host's desktop through ``uinput``), no ``mem``, ``kmsg`` or ``watchdog``.
-SHARED_DEVICES = ("nvidia*", "dri", "kfd", "accel", "dxg", "kvm", "fuse")
+SHARED_DEVICES = ("nvidia*", "dri", "kfd", "accel*", "dxg", "kvm", "fuse")
 
 
 def _shared_devices(top: str) -> list[str]:

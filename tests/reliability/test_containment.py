@@ -266,15 +266,16 @@ def test_only_accelerators_kvm_and_fuse_are_shared_into_the_private_dev(tmp_path
     """What of the host's /dev a contained session sees, from a made-up /dev: the accelerators, KVM and FUSE;
     a dangling symlink among them is left out (bubblewrap refuses to bind one, and the session would not open)."""
     from dsh_terminal_magics.mechanism.sandbox import _shared_devices
-    for name in ("nvidia0", "nvidiactl", "kvm", "fuse", "tty1", "sda", "mem", "uinput"):
+    for name in ("nvidia0", "nvidiactl", "accel0", "kvm", "fuse", "tty1", "sda", "mem", "uinput"):
         (tmp_path / name).write_text("")
     for name in ("dri", "input", "pts"):
         (tmp_path / name).mkdir()
     (tmp_path / "nvidia-gone").symlink_to(tmp_path / "missing")
     args = _shared_devices(str(tmp_path))
-    assert args[0::3] == ["--dev-bind"] * 5
-    assert args[2::3] == ["/dev/nvidia0", "/dev/nvidiactl", "/dev/dri", "/dev/kvm", "/dev/fuse"]
-    assert args[1::3] == [str(tmp_path / name) for name in ("nvidia0", "nvidiactl", "dri", "kvm", "fuse")]
+    names = ("nvidia0", "nvidiactl", "dri", "accel0", "kvm", "fuse")
+    assert args[0::3] == ["--dev-bind"] * len(names)
+    assert args[2::3] == [f"/dev/{name}" for name in names]
+    assert args[1::3] == [str(tmp_path / name) for name in names]
 
 
 def test_a_contained_session_cannot_start_in_the_hosts_dev():
