@@ -61,6 +61,8 @@ MAX_MASKED_SOCKETS = 4096
 MAX_REPOSITORY_LOOKS = 4096
 #: How many directories down from the workspace repositories are looked for (``work/org/project/.git``: 2).
 MAX_REPOSITORY_DEPTH = 4
+#: Most entries of the user's home looked at for the directories that stay writable in it (see :func:`_home_kept`).
+MAX_HOME_LOOKS = 1024
 
 
 class Wrapped(NamedTuple):
@@ -208,10 +210,10 @@ _CONTAINED_ROOT_CAPABILITIES = {
 
 #: The host's devices a contained session's private /dev shows (names in ``/dev``, shell patterns): GPUs and
 #: other accelerators (NVIDIA's, DRM's render nodes, AMD's compute, the kernel's accel class and TPU VMs'
-#: ``accel0``..., WSL's), KVM and
-#: FUSE - what an agent's work uses.  Nothing else: no terminal (``pts``, ``tty*``, ``vcs*``: other sessions'
-#: keystrokes and screens), no block device (raw disks, swap), no input device (a keylogger, or typing into
-#: the host's desktop through ``uinput``), no ``mem``, ``kmsg`` or ``watchdog``.
+#: ``accel0``..., WSL's), KVM and FUSE - what an agent's work uses.  Nothing else: no terminal (``pts``,
+#: ``tty*``, ``vcs*``: other sessions' keystrokes and screens), no block device (raw disks, swap), no input
+#: device (a keylogger, or typing into the host's desktop through ``uinput``), no ``mem``, ``kmsg`` or
+#: ``watchdog``.
 SHARED_DEVICES = ("nvidia*", "dri", "kfd", "accel*", "dxg", "kvm", "fuse")
 
 
@@ -273,7 +275,7 @@ def _home_kept(workspace: str) -> list[str]:
     args = ["--ro-bind", home, home]
     try:
         with os.scandir(home) as entries:
-            for entry in islice(entries, MAX_REPOSITORY_LOOKS):
+            for entry in islice(entries, MAX_HOME_LOOKS):
                 if entry.name[:1] != "." and entry.name != "bin" and entry.is_dir(follow_symlinks=False):
                     args += ["--bind", entry.path, entry.path]
     except OSError:
