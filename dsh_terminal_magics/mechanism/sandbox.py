@@ -560,10 +560,14 @@ _WORKS: dict[str, str] = {}
 
 
 def check_bwrap_works(bwrap: str) -> None:
-    """Run bwrap once (cached) so a machine that forbids its namespaces gets the reason at open."""
+    """Run bwrap once (cached) so a machine that forbids its namespaces gets the reason at open.
+
+    ``--as-pid-1``, as the sessions have it: bubblewrap's own init would be left behind, an orphan for the
+    machine's init to reap (a container's often does not)."""
     if bwrap not in _WORKS:
         try:
-            out = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "--", "true"],
+            out = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--as-pid-1", "--unshare-net",
+                                  "--", "true"],
                                  capture_output=True, text=True, timeout=20)
             _WORKS[bwrap] = "" if out.returncode == 0 else (out.stderr.strip() or f"exit status {out.returncode}")
         except (OSError, subprocess.TimeoutExpired) as exc:

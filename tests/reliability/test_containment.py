@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import glob
+import json
 import os
 import platform
 import secrets
@@ -309,3 +310,37 @@ def test_a_wrapper_that_cannot_start_the_session_is_an_error(monkeypatch):
         assert tools.call("terminal_list", {}, agent=agent).root == []
     finally:
         tools.shutdown()
+
+
+ORPHANS_COME_HOME = textwrap.dedent("""
+    import ctypes, json, os, sys, time
+    ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here
+    from dsh_terminal_magics import Agent, TerminalTools
+    from dsh_terminal_magics.mechanism.watchdog import Watchdog
+    tools, agent = TerminalTools(config=json.loads(sys.argv[1])), Agent("a")
+    sid = tools.call("terminal_open", {"type": sys.argv[2]}, agent=agent).session_id
+    print(tools.call_text("terminal_send", {"sessionId": sid, "text": sys.argv[3]}, agent=agent), flush=True)
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+    tools.shutdown()
+    def strays():
+        me = os.getpid()
+        kids = [int(p) for t in os.listdir(f"/proc/{me}/task")
+                for p in open(f"/proc/{me}/task/{t}/children").read().split()]
+        return [open(f"/proc/{p}/stat").read().split(")")[0] for p in kids if p != Watchdog._proc.pid]
+    deadline = time.monotonic() + 10
+    while strays() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("strays:", strays())
+""")
+
+
+@pytest.mark.parametrize("config, kind", [({}, "shell"), ({"sandbox": "workspace-write"}, "python"),
+                                          ({"containment": "tracking"}, "shell")])
+def test_a_session_leaves_no_orphan_for_init(config, kind):
+    """Everything bubblewrap starts - for the session and for the check that it works at all - is reaped by
+    its own parent: an orphan is re-parented to the machine's init, and a container's init (often the
+    notebook server itself) that does not reap keeps it as a zombie for ever.  The kernel here is a child
+    subreaper, so an orphan comes to it instead and is seen."""
+    out = subprocess.run([sys.executable, "-c", ORPHANS_COME_HOME, json.dumps(config), kind,
+                          "echo ran" if kind == "shell" else "print('ran')"], capture_output=True, text=True, timeout=60)
+    assert "ran" in out.stdout and "strays: []" in out.stdout, out.stdout + out.stderr
