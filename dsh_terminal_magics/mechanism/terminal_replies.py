@@ -24,8 +24,12 @@ The work is bounded, since what a program prints is untrusted: one chunk of
 output gets at most :data:`MAX_ANSWERS` answers (the PTY's input queue holds
 no more), bringing the screen model up to its first query costs at most
 :data:`FIRST_ANSWER_SECONDS`, and up to the next ones at most
-:data:`ANSWER_SECONDS` per chunk.  A query past any bound is left unanswered,
-as if lost on a slow line, and counted in ``unanswered``.
+:data:`ANSWER_SECONDS` per chunk.  And all sessions together draw that screen
+work from one :class:`WorkBudget` (:data:`ANSWER_WORK`): a burst of
+:data:`ANSWER_WORK_BURST` seconds, then :data:`ANSWER_WORK_RATE` of the loop's
+time - per-chunk bounds alone let many sessions flooding queries take theirs
+one after another. A query past any bound is left unanswered, as if lost on a
+slow line, and counted in ``unanswered``.
 """
 from __future__ import annotations
 
@@ -58,6 +62,13 @@ ANSWER_SECONDS = 0.02
 #: Most screen-model work (seconds) spent bringing the model up to a chunk's first query (pyte takes ~2 MB/s
 #: of ordinary output: the largest backlog, :data:`~.screen.RESYNC_BYTES`, well within).
 FIRST_ANSWER_SECONDS = 0.5
+#: Screen-model work (seconds) answering may take at once, all sessions together (a few first answers after
+#: large backlogs) ...
+ANSWER_WORK_BURST = 1.0
+#: ... and its share of the loop's time after that (seconds of work per second): 64 sessions printing
+#: ``yes $'\e[6n'`` kept the loop catching their screens up - another agent's ``echo`` took 0.8 s and a
+#: shutdown 18 s.
+ANSWER_WORK_RATE = 0.2
 
 _ST = rb"(?:\x07|\x1b\\)"
 _QUERY = re.compile(
@@ -77,6 +88,30 @@ _PRIVATE_MODES = {1, 3, 5, 6, 7, 25, 47, 1047, 1049}
 _ANSI_MODES = {4, 20}
 
 
+class WorkBudget:
+    """Seconds of work to draw on: ``burst`` at most, refilled at ``rate`` seconds per second."""
+
+    def __init__(self, burst: float, rate: float) -> None:
+        self.burst = burst
+        self.rate = rate
+        self._left = burst
+        self._at = time.monotonic()
+
+    def left(self) -> float:
+        """Seconds of work that may be spent now (0 or less: none)."""
+        now = time.monotonic()
+        self._left = min(self.burst, self._left + (now - self._at) * self.rate)
+        self._at = now
+        return self._left
+
+    def spend(self, seconds: float) -> None:
+        self._left -= seconds
+
+
+#: The screen work answering may do, shared by every session of the process (they share one loop).
+ANSWER_WORK = WorkBudget(ANSWER_WORK_BURST, ANSWER_WORK_RATE)
+
+
 class TerminalReplies:
     """Scans a session's output for queries and returns the answers to write back.
 
@@ -84,14 +119,17 @@ class TerminalReplies:
     to an absolute raw offset within about ``seconds`` and says whether it got there; ``size()`` gives
     ``(rows, cols)``;
     ``alternate()`` says whether the alternate screen is on and
-    ``application_cursor()`` whether cursor keys are in application mode.
+    ``application_cursor()`` whether cursor keys are in application mode.  Catching the screen up draws on
+    ``work`` (by default the process's :data:`ANSWER_WORK`).
     """
 
     def __init__(self, screen: ScreenModel, catch_up: Callable[[int, float | None], bool],
                  size: Callable[[], tuple[int, int]],
-                 alternate: Callable[[], bool], application_cursor: Callable[[], bool]) -> None:
+                 alternate: Callable[[], bool], application_cursor: Callable[[], bool],
+                 work: WorkBudget | None = None) -> None:
         self._screen = screen
         self._catch_up = catch_up
+        self._work = ANSWER_WORK if work is None else work
         self._size = size
         self._alternate = alternate
         self._application_cursor = application_cursor
@@ -159,17 +197,27 @@ class TerminalReplies:
         if self._screen.offset >= at:
             return True
         if self._deadline is None:  # the chunk's first such query: the backlog (RESYNC_BYTES at most)
-            caught_up = self._catch_up(at, FIRST_ANSWER_SECONDS)
+            caught_up = self._catch_up_within(at, FIRST_ANSWER_SECONDS)
             self._deadline = time.monotonic() + ANSWER_SECONDS
             if caught_up:
                 return True
             self.unanswered += 1  # (an answer from a screen behind the output would be wrong)
             return False
-        left = self._deadline - time.monotonic()
-        if left > 0 and self._catch_up(at, left):
+        if self._catch_up_within(at, self._deadline - time.monotonic()):
             return True
         self.unanswered += 1
         return False
+
+    def _catch_up_within(self, at: int, seconds: float) -> bool:
+        """Catch the screen up to ``at`` within ``seconds`` and what the shared budget has left."""
+        seconds = min(seconds, self._work.left())
+        if seconds <= 0:
+            return False
+        began = time.monotonic()
+        try:
+            return self._catch_up(at, seconds)
+        finally:
+            self._work.spend(time.monotonic() - began)
 
     def _status(self, kind: bytes, at: int) -> bytes:
         if kind == b"5":
@@ -309,4 +357,4 @@ def _xterm_rgb(colour: str) -> bytes:
     return f"rgb:{r}{r}/{g}{g}/{b}{b}".encode()
 
 
-__all__ = ["BASIC_COLOURS", "HeldAnswers", "TerminalReplies", "parse_colour"]
+__all__ = ["BASIC_COLOURS", "HeldAnswers", "TerminalReplies", "WorkBudget", "parse_colour"]

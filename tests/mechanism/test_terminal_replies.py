@@ -11,7 +11,8 @@ from dsh_terminal_magics.mechanism import SendRequest
 from dsh_terminal_magics.mechanism.output import OutputNormalizer, RawRing
 from dsh_terminal_magics.mechanism.screen_tracker import ScreenTracker
 from dsh_terminal_magics.mechanism.terminal_replies import (HOLD_ANSWERS, MAX_ANSWERS, MAX_HELD_BYTES, PRIMARY_DA,
-                                                           SECONDARY_DA, HeldAnswers, TerminalReplies, parse_colour)
+                                                           SECONDARY_DA, HeldAnswers, TerminalReplies, WorkBudget,
+                                                           parse_colour)
 from tests.conftest import wait_for
 
 #: A program that puts the terminal in raw mode, writes each query and saves the answers as JSON.
@@ -96,9 +97,11 @@ def test_parse_colour():
     assert parse_colour("red") is None and parse_colour("rgb:zz/00/00") is None
 
 
-def _replies_for_a_bare_screen() -> tuple[TerminalReplies, RawRing, list[int]]:
+def _replies_for_a_bare_screen(work: WorkBudget | None = None) -> tuple[TerminalReplies, RawRing, list[int]]:
     """Replies wired to a real screen model and raw ring, as a session wires them; ``catch_ups`` lists the
-    offsets the screen was asked to reach."""
+    offsets the screen was asked to reach.  The screen work is drawn from ``work`` (by default a budget of
+    their own, so that no other test's work counts)."""
+    work = WorkBudget(60.0, 0.0) if work is None else work
     raw = RawRing()
     screen = ScreenTracker(24, 80, raw, OutputNormalizer())
     catch_ups: list[int] = []
@@ -107,7 +110,8 @@ def _replies_for_a_bare_screen() -> tuple[TerminalReplies, RawRing, list[int]]:
         catch_ups.append(until)
         return screen.catch_up(until, seconds)
 
-    return TerminalReplies(screen.model, catch_up, lambda: (24, 80), lambda: False, lambda: False), raw, catch_ups
+    return (TerminalReplies(screen.model, catch_up, lambda: (24, 80), lambda: False, lambda: False, work),
+            raw, catch_ups)
 
 
 def test_a_flood_of_queries_gets_a_bounded_number_of_answers(monkeypatch):
@@ -141,6 +145,29 @@ def test_a_first_query_the_screen_cannot_reach_in_time_is_not_answered(monkeypat
     monkeypatch.setattr(terminal_replies, "FIRST_ANSWER_SECONDS", 60.0)
     raw.append(b"\x1b[6n")
     assert replies.scan(b"\x1b[6n", len(chunk)) == b"\x1b[24;4R"
+
+
+def test_sessions_draw_their_screen_work_from_one_budget():
+    """Per-chunk bounds alone let each of many sessions flooding queries take its bound in turn (64 sessions
+    printing ``yes $'\\e[6n'`` held a close for 18 s): the screen work of all of them comes from one budget.
+    With it spent, a position query that needs the screen caught up goes unanswered in every session; one
+    that needs no screen work (device attributes), or whose screen is already there, is still answered; as
+    the budget refills, answers come back."""
+    work = WorkBudget(1.0, 0.0)
+    sessions = [_replies_for_a_bare_screen(work) for _ in range(2)]
+    for replies, raw, _ in sessions:
+        raw.append(b"ab\x1b[6n")
+        assert replies.scan(b"ab\x1b[6n", 0) == b"\x1b[1;3R"
+    work.spend(work.left())
+    for replies, raw, _ in sessions:
+        raw.append(b"c\x1b[6n\x1b[c")
+        assert replies.scan(b"c\x1b[6n\x1b[c", 6) == PRIMARY_DA and replies.unanswered == 1
+        raw.append(b"\x1b[6n")
+        assert replies.scan(b"\x1b[6n", 12) == b""
+    work.rate = 1e9  # (refilled at once)
+    for replies, raw, _ in sessions:
+        raw.append(b"\x1b[6n")
+        assert replies.scan(b"\x1b[6n", 16) == b"\x1b[1;4R"
 
 
 def test_a_query_beside_an_exit_marker_is_answered():
