@@ -388,7 +388,8 @@ class TerminalMagics(Magics):
         if cell is not None:
             if text.strip():
                 raise UsageError("%%term_send: put the text in the cell body, only options on the first line")
-            text = cell[:-1] if cell.endswith("\n") else cell
+            text = cell.replace("\r\n", "\n")  # (one line end each, as a terminal pastes them; the last one too)
+            text = text[:-1] if text.endswith("\n") else text
         owner = self._owner(args.agent)
         sid = self._session(args.session, owner)
         timeout = args.timeout if args.timeout is not None else self.timeout

@@ -82,6 +82,19 @@ def test_cell_send_and_lines_with_a_python_repl(ip, capsys):
     assert "3\n>>> " in capsys.readouterr().out
 
 
+def test_a_cell_with_windows_line_ends_is_sent_as_its_lines(ip, capsys):
+    """A cell saved with CRLF line ends: each CRLF is one line end (as a terminal pastes it), the last one
+    too - a CR left before the Enter was an empty line, which ends a block in a REPL."""
+    ip.run_line_magic("term_open", "")
+    ip.run_line_magic("term_send", "python3 -q")
+    r = ip.run_cell_magic("term_send", "--lines", "for i in range(2):\r\n    print(i * 7)\r\n\r\nprint('x')\r\n")
+    out = capsys.readouterr().out
+    assert "Error" not in out and "0\n7\n>>> " in out and r.viewport.endswith("x\n>>> "), out
+    r = ip.run_cell_magic("term_send", "", "if True:\r\n    print('in')\r\nprint('out')\r\n")
+    assert r.viewport.endswith("in\nout\n>>> ") and "Error" not in r.viewport, r.viewport
+    ip.run_line_magic("term_send", "exit()")
+
+
 def test_options_no_submit_timeout_idle(ip, capsys):
     ip.run_line_magic("term_open", "")
     assert ip.run_line_magic("term_send", "--no-submit echo par").wait_reason == "stdin_read"
