@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import functools
 import atexit
 import os
@@ -20,6 +21,7 @@ import secrets
 import signal as signal_module
 import weakref
 from dataclasses import dataclass
+from typing import Callable
 
 from ..errors import (BackendError, InvalidArgumentError, SessionLimitError, SessionNotRunningError,
                       TerminalError, UnknownSessionError)
@@ -28,7 +30,7 @@ from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE
                           signal_name, wait_seconds_problem)
 from .backends import BASE_ENV, BackendRegistry
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
-from .event_loop import EventLoopThread, LoopProxy
+from .event_loop import EventLoopThread, LoopProxy, off_the_loop
 from .keys import encode_keys
 from .process_tree import SESSION_TOKEN_ENV, end_trees
 from .pty_child import spawn_off_loop
@@ -50,6 +52,13 @@ class Page:
     truncated: bool
 
 _PROCESS_TOKEN = secrets.token_hex(8)
+#: Longest the file system may take to answer an open's questions (is the cwd a directory?), in seconds: a
+#: hung mount (a stale NFS or sshfs mount, a FUSE server that stopped) held the loop, and every session with it.
+FILE_SYSTEM_SECONDS = 5.0
+#: Most such questions left unanswered at once: each holds a thread, blocked in the kernel, until its mount
+#: comes back or goes.
+MAX_UNANSWERED_FILE_SYSTEM = 8
+_unanswered_file_system = 0
 #: Open sessions one owner may have (default), and all owners of all managers in this process together.
 MAX_SESSIONS_PER_OWNER = 64
 MAX_SESSIONS_PER_PROCESS = 256
@@ -105,19 +114,13 @@ class SessionManager:
         if self._closed:
             raise TerminalError("this session manager has been shut down: create a new one")
         backend = self.registry.get(type)
-        root = self.workspace_root or os.getcwd()
-        where = os.path.abspath(os.path.join(root, os.path.expanduser(cwd))) if cwd is not None else root
-        if not os.path.isdir(where):
-            raise InvalidArgumentError(
-                f"cwd {cwd!r} is not an existing directory: pass an existing directory, "
-                f"or omit cwd to start in the workspace root {root}")
-        if sandbox.mode != "off" and not os.path.isdir(root):
-            raise TerminalError(f"the workspace root {root!r} (the one directory a sandboxed session may write) is "
-                                "not an existing directory: create it, or give the tools an existing workspace root")
-        problem = sandbox.cwd_problem(where) or (session_name_problem(name) if name is not None else None)
-        if problem:
+        if name is not None and (problem := session_name_problem(name)):
             raise InvalidArgumentError(problem)
         self._check_caps(owner)
+        root = self.workspace_root or os.getcwd()
+        where = os.path.abspath(os.path.join(root, os.path.expanduser(cwd))) if cwd is not None else root
+        await _ask_the_file_system(check_directories, cwd, where, root, sandbox)
+        self._check_caps(owner)  # (again: other opens went on while the file system answered)
         if name is not None and any(s.owner is owner and s.name == name and s.status != "closed"
                                     for s in self._sessions.values()):
             raise InvalidArgumentError(
@@ -394,3 +397,47 @@ def shutdown_all() -> None:
 
 
 atexit.register(shutdown_all)
+
+
+def check_directories(cwd: str | None, where: str, root: str, sandbox: Sandbox) -> None:
+    """Raise the error a session opened in ``where`` (``cwd`` as given) under ``root`` and ``sandbox`` gets: the
+    directory must exist (and, sandboxed, the workspace root), and be one the wrapping can start in."""
+    if not os.path.isdir(where):
+        raise InvalidArgumentError(
+            f"cwd {cwd!r} is not an existing directory: pass an existing directory, "
+            f"or omit cwd to start in the workspace root {root}")
+    if sandbox.mode != "off" and not os.path.isdir(root):
+        raise TerminalError(f"the workspace root {root!r} (the one directory a sandboxed session may write) is "
+                            "not an existing directory: create it, or give the tools an existing workspace root")
+    problem = sandbox.cwd_problem(where)
+    if problem:
+        raise InvalidArgumentError(problem)
+
+
+async def _ask_the_file_system(question: Callable[..., None], cwd: str | None, where: str, *args: object) -> None:
+    """``question(cwd, where, *args)`` in a thread of its own, within :data:`FILE_SYSTEM_SECONDS`: past it the
+    open fails naming the directory, and the loop never waited."""
+    global _unanswered_file_system
+    if _unanswered_file_system >= MAX_UNANSWERED_FILE_SYSTEM:
+        raise TerminalError(f"the file system has not answered {_unanswered_file_system} earlier opens (a hung "
+                            "mount?): bring the mount back or unmount it, then open again")
+    _unanswered_file_system += 1  # (on the loop; given back by the thread, through the loop)
+
+    def answered() -> None:
+        global _unanswered_file_system
+        _unanswered_file_system -= 1
+
+    def ask() -> None:
+        try:
+            question(cwd, where, *args)
+        finally:
+            with contextlib.suppress(RuntimeError):  # (the loop is gone: nobody counts any more)
+                loop.call_soon_threadsafe(answered)
+
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(off_the_loop(ask, name="dsh-terminal-fs"), FILE_SYSTEM_SECONDS)
+    except asyncio.TimeoutError:
+        raise InvalidArgumentError(f"cwd {cwd!r}: the file system did not say within {FILE_SYSTEM_SECONDS:g} s "
+                                   f"whether {where!r} is a directory (a hung mount?): pick another directory, "
+                                   "or omit cwd") from None

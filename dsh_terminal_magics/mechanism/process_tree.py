@@ -21,7 +21,9 @@ import termios
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, NamedTuple, TypeVar
+from typing import Iterable, NamedTuple
+
+from .event_loop import off_the_loop
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -387,7 +389,7 @@ async def discover(trees: list[TreeToEnd]) -> dict[int, ProcessStat]:
     environment read) is long, and the loop serves every other session meanwhile."""
     tokens = [tree.token for tree in trees if tree.leader_exited]
     if tokens:
-        table, carriers = await _off_the_loop(_scan_for_tokens, tokens)
+        table, carriers = await off_the_loop(_scan_for_tokens, tokens)
     else:
         table, carriers = subtree_table(m.pid for tree in trees for m in tree.members | {tree.leader}), {}
     for tree in trees:
@@ -422,39 +424,6 @@ def _scan_for_tokens(tokens: list[bytes]) -> tuple[dict[int, ProcessStat], dict[
                 if needle in env:
                     carriers[token].add(pid)
     return table, carriers
-
-
-_T = TypeVar("_T")
-
-
-async def _off_the_loop(work: Callable[..., _T], *args: object) -> _T:
-    """``work(*args)`` in a thread of its own, awaited; here when no thread can start (interpreter exit)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[_T] = loop.create_future()
-
-    def settle(outcome: _T | None, error: BaseException | None) -> None:
-        if done.done():
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(outcome)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            outcome, error = work(*args), None
-        except BaseException as exc:  # (handed to the awaiting loop)
-            outcome, error = None, exc
-        try:
-            loop.call_soon_threadsafe(settle, outcome, error)
-        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
-            pass
-
-    try:
-        threading.Thread(target=run, name="dsh-terminal-scan", daemon=True).start()
-    except RuntimeError:
-        return work(*args)
-    return await done
 
 
 def _living(tree: TreeToEnd, table: dict[int, ProcessStat]) -> set[ProcessId]:

@@ -3,6 +3,7 @@ results."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -293,3 +294,73 @@ def _open_signal_and_close_without_a_scan_on_the_loop(containment: str, scans: l
         tools.shutdown()
     assert loop_thread not in scans and scans, (containment, scans)
     scans.clear()
+
+
+class HungMount:
+    """A FUSE file system whose server never answers (as a stopped sshfs or a stale mount): everything that
+    looks at the mount point waits - until :meth:`abort` ends the connection and the waits fail."""
+
+    def __init__(self, path: str) -> None:
+        import ctypes
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.path = path
+        self._fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+        options = f"fd={self._fd},rootmode=40000,user_id={os.getuid()},group_id={os.getgid()}"
+        if self._libc.mount(b"hung", path.encode(), b"fuse", 0, options.encode()) != 0:
+            os.close(self._fd)
+            raise OSError(ctypes.get_errno(), "mount")
+
+    def abort(self) -> None:
+        self._libc.umount2(self.path.encode(), 2)  # MNT_DETACH
+        os.close(self._fd)
+
+
+@pytest.fixture
+def hung_mount(tmp_path):
+    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
+        pytest.skip("mounting a FUSE file system needs root and /dev/fuse")
+    (tmp_path / "mnt").mkdir()
+    try:
+        mount = HungMount(str(tmp_path / "mnt"))
+    except OSError as exc:
+        pytest.skip(f"FUSE cannot be mounted here: {exc}")
+    yield mount
+    mount.abort()
+
+
+@pytest.mark.parametrize("containment", ["auto", "tracking"])
+def test_a_cwd_on_a_hung_mount_holds_neither_the_loop_nor_the_open(hung_mount, monkeypatch, containment):
+    """Whether the cwd is a directory was asked on the loop: one open in a hung mount (a stopped sshfs, which a
+    model can name, or an agent make) held every session of the kernel.  Now the file system is asked in a
+    thread of its own with a deadline: other agents' sessions go on, the open fails saying why, and when too
+    many such questions hang, opens are refused at once until the mount comes back or goes."""
+    from dsh_terminal_magics.mechanism import manager as manager_module
+    monkeypatch.setattr(manager_module, "FILE_SYSTEM_SECONDS", 1.0)
+    monkeypatch.setattr(manager_module, "MAX_UNANSWERED_FILE_SYSTEM", 1)
+    tools = TerminalTools(config={"containment": containment})
+    victim, other = Agent("victim"), Agent("other")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=other).session_id
+        outcome: dict[str, object] = {}
+
+        def open_in_the_mount() -> None:
+            try:
+                tools.call("terminal_open", {"type": "shell", "cwd": hung_mount.path}, agent=victim)
+            except TerminalError as exc:
+                outcome["error"] = str(exc)
+
+        opener = threading.Thread(target=open_in_the_mount)
+        opener.start()
+        for _ in range(3):  # while the open waits on the mount
+            r = tools.call("terminal_send", {"sessionId": sid, "text": "echo still here"}, agent=other)
+            assert r.wait_reason == "stdin_read" and "still here\n" in r.viewport
+        opener.join(30)
+        assert not opener.is_alive() and "did not say within 1 s" in str(outcome.get("error")), outcome
+        with pytest.raises(TerminalError, match="has not answered 1 earlier opens"):
+            tools.call("terminal_open", {"type": "shell", "cwd": hung_mount.path}, agent=victim)
+        hung_mount.abort()
+        hung_mount.abort = lambda: None
+        wait_for(lambda: manager_module._unanswered_file_system == 0)
+        assert tools.call("terminal_open", {"type": "shell"}, agent=victim).status == "running"
+    finally:
+        tools.shutdown()
