@@ -154,12 +154,21 @@ class Session:
         fork and exec run in a spawner thread) once it has started.
 
         Once this returns or raises, a process that was started is the session's to end, even when the
-        awaiting task was cancelled meanwhile (the spawn is waited out first).
+        awaiting task was cancelled meanwhile (the spawn is waited out first).  A spawn that has not started
+        the process within the start-up timeout is given up (what it starts later is killed and reaped): the
+        sandbox's set-up reads the workspace, and a hung mount there held the open for ever.
         """
         self._spawned = self.loop.create_future()
         try:
             try:
-                proc = await asyncio.shield(spawning)
+                proc = await asyncio.wait_for(asyncio.shield(spawning), self.options.start_timeout)
+            except asyncio.TimeoutError:
+                spawning.cancel()
+                waits = "the sandbox's set-up or the program's start" if self.sandbox.wrapped else "the program's start"
+                raise TerminalError(
+                    f"could not start {self.type!r} session: it did not start within {self.options.start_timeout:g} s "
+                    f"({waits} waits on the file system: a hung mount?); bring the mount back or unmount it, or "
+                    "open the session elsewhere") from None
             except asyncio.CancelledError:
                 self._adopt(await spawning)
                 raise

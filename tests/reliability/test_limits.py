@@ -364,3 +364,26 @@ def test_a_cwd_on_a_hung_mount_holds_neither_the_loop_nor_the_open(hung_mount, m
         assert tools.call("terminal_open", {"type": "shell"}, agent=victim).status == "running"
     finally:
         tools.shutdown()
+
+
+def test_a_sandbox_whose_workspace_holds_a_hung_mount_fails_to_open_in_time(hung_mount, tmp_path):
+    """The sandbox's set-up reads the workspace (its repositories are kept read-only), in a spawner thread: a
+    hung mount there held the open for ever.  Now a start that has not finished within the start-up timeout
+    fails saying why, and once the mount is gone the same open works (what the stuck start made then is
+    ended: the leak check of every test looks)."""
+    from dsh_terminal_magics.tools import sandbox_problem
+    if sandbox_problem() is not None:
+        pytest.skip(f"the sandbox needs bubblewrap: {sandbox_problem()}")
+    tools = TerminalTools(config={"sandbox": "workspace-write"}, workspace_root=str(tmp_path))
+    tools.set_session_defaults(start_timeout=1.0)
+    agent = Agent("a")
+    try:
+        with pytest.raises(TerminalError, match=r"did not start within 1 s \(the sandbox's set-up .*hung mount"):
+            tools.call("terminal_open", {"type": "shell"}, agent=agent)
+        assert tools.call("terminal_list", {}, agent=agent).root == []
+        hung_mount.abort()
+        hung_mount.abort = lambda: None
+        tools.set_session_defaults(start_timeout=10.0)
+        assert tools.call("terminal_open", {"type": "shell"}, agent=agent).status == "running"
+    finally:
+        tools.shutdown()
