@@ -21,14 +21,14 @@ import secrets
 import signal as signal_module
 import weakref
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, TypeVar
 
 from ..errors import (BackendError, InvalidArgumentError, SessionLimitError, SessionNotRunningError,
                       TerminalError, UnknownSessionError)
 from ..owners import new_id
 from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE, SIGNALS, session_name_problem,
                           signal_name, wait_seconds_problem)
-from .backends import BASE_ENV, BackendRegistry
+from .backends import BASE_ENV, Backend, BackendRegistry, LaunchSpec
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy, off_the_loop
 from .keys import encode_keys
@@ -59,6 +59,7 @@ FILE_SYSTEM_SECONDS = 5.0
 #: comes back or goes.
 MAX_UNANSWERED_FILE_SYSTEM = 8
 _unanswered_file_system = 0
+T = TypeVar("T")
 #: Open sessions one owner may have (default), and all owners of all managers in this process together.
 MAX_SESSIONS_PER_OWNER = 64
 MAX_SESSIONS_PER_PROCESS = 256
@@ -107,8 +108,10 @@ class SessionManager:
     # -- operations (coroutines on the loop) -------------------------------------------
     async def open(self, owner: object, type: str = "shell", *, name: str | None = None, cwd: str | None = None,
                    options: SessionOptions | None = None,
-                   environment: EnvironmentPolicy = AGENT_DEFAULT, sandbox: Sandbox = Sandbox()) -> SessionInfo:
-        """Open a session of backend ``type``; returns once its program first waits for input."""
+                   environment: EnvironmentPolicy = AGENT_DEFAULT,
+                   sandbox: Sandbox | Callable[[], Sandbox] = Sandbox()) -> SessionInfo:
+        """Open a session of backend ``type``; returns once its program first waits for input.  ``sandbox`` may
+        be a function that says it (it looks for bubblewrap on ``PATH``: it is called off the loop)."""
         if owner is None:
             raise TerminalError("terminal tools require an initiating agent")
         if self._closed:
@@ -119,13 +122,12 @@ class SessionManager:
         self._check_caps(owner)
         root = self.workspace_root or os.getcwd()
         where = os.path.abspath(os.path.join(root, os.path.expanduser(cwd))) if cwd is not None else root
-        await _ask_the_file_system(check_directories, cwd, where, root, sandbox)
+        spec, wrapping = await _ask_the_file_system(_prepare, backend, cwd, where, root, sandbox)
         self._check_caps(owner)  # (again: other opens went on while the file system answered)
         if name is not None and any(s.owner is owner and s.name == name and s.status != "closed"
                                     for s in self._sessions.values()):
             raise InvalidArgumentError(
                 f"you already have a terminal session named {name!r}: pick another name or close that one")
-        spec = backend.launch(where)
         session_id = new_id("t")
         Watchdog.ensure(_PROCESS_TOKEN)
         token = f"{_PROCESS_TOKEN}.{secrets.token_hex(8)}"  # unrelated to the session id
@@ -133,12 +135,12 @@ class SessionManager:
         options = options or self.options
         # The sandbox's set-up (it reads every Unix socket the host has bound: 60 ms for 3000), the fork and
         # the exec start now, in a spawner thread; the session's own state is built meanwhile.
-        spawning = spawn_off_loop(self.loop_thread.loop, lambda: sandbox.wrap(spec.argv, where, root), where, env,
+        spawning = spawn_off_loop(self.loop_thread.loop, lambda: wrapping.wrap(spec.argv, where, root), where, env,
                                   options.rows, options.cols)
         try:
             session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
                               cwd=where, env=env, token=token, options=options,
-                              loop=self.loop_thread.loop, sandbox=sandbox)
+                              loop=self.loop_thread.loop, sandbox=wrapping)
         except BaseException:
             spawning.cancel()  # the process it starts is killed and reaped
             raise
@@ -414,9 +416,21 @@ def check_directories(cwd: str | None, where: str, root: str, sandbox: Sandbox) 
         raise InvalidArgumentError(problem)
 
 
-async def _ask_the_file_system(question: Callable[..., None], cwd: str | None, where: str, *args: object) -> None:
-    """``question(cwd, where, *args)`` in a thread of its own, within :data:`FILE_SYSTEM_SECONDS`: past it the
-    open fails naming the directory, and the loop never waited."""
+def _prepare(backend: Backend, cwd: str | None, where: str, root: str,
+             sandbox: Sandbox | Callable[[], Sandbox]) -> tuple[LaunchSpec, Sandbox]:
+    """What an open asks the file system (off the loop): how it is sandboxed (is bubblewrap on ``PATH``?), are
+    its directories good, and what is to run there (a backend looks its program up on ``PATH``, and may run it
+    once to ask its version)."""
+    if not isinstance(sandbox, Sandbox):
+        sandbox = sandbox()
+    check_directories(cwd, where, root, sandbox)
+    return backend.launch(where), sandbox
+
+
+async def _ask_the_file_system(question: Callable[..., T], backend: Backend, cwd: str | None, where: str,
+                               *args: object) -> T:
+    """``question(backend, cwd, where, *args)`` in a thread of its own, within :data:`FILE_SYSTEM_SECONDS`: past
+    it the open fails saying where it waited, and the loop never waited."""
     global _unanswered_file_system
     if _unanswered_file_system >= MAX_UNANSWERED_FILE_SYSTEM:
         raise TerminalError(f"the file system has not answered {_unanswered_file_system} earlier opens (a hung "
@@ -427,17 +441,18 @@ async def _ask_the_file_system(question: Callable[..., None], cwd: str | None, w
         global _unanswered_file_system
         _unanswered_file_system -= 1
 
-    def ask() -> None:
+    def ask() -> T:
         try:
-            question(cwd, where, *args)
+            return question(backend, cwd, where, *args)
         finally:
             with contextlib.suppress(RuntimeError):  # (the loop is gone: nobody counts any more)
                 loop.call_soon_threadsafe(answered)
 
     loop = asyncio.get_running_loop()
     try:
-        await asyncio.wait_for(off_the_loop(ask, name="dsh-terminal-fs"), FILE_SYSTEM_SECONDS)
+        return await asyncio.wait_for(off_the_loop(ask, name="dsh-terminal-fs"), FILE_SYSTEM_SECONDS)
     except asyncio.TimeoutError:
-        raise InvalidArgumentError(f"cwd {cwd!r}: the file system did not say within {FILE_SYSTEM_SECONDS:g} s "
-                                   f"whether {where!r} is a directory (a hung mount?): pick another directory, "
-                                   "or omit cwd") from None
+        raise InvalidArgumentError(f"cwd {cwd!r}: the file system did not answer within {FILE_SYSTEM_SECONDS:g} s "
+                                   f"whether {where!r} is a directory, or where the {backend.name!r} session's "
+                                   "program (or bubblewrap) is on PATH (a hung mount?): pick another directory, or bring the mount "
+                                   "back or unmount it") from None

@@ -61,7 +61,7 @@ def foreground_result(r: SendResult) -> ForegroundSendResult:
 
 async def terminal_open(ctx: ToolContext, a: OpenArgs, agent: Agent) -> OpenResult:
     info = await ctx.manager.open(agent, a.type, name=a.name, cwd=a.cwd, environment=ctx.environment(agent),
-                                  sandbox=ctx.sandbox(agent))
+                                  sandbox=lambda: ctx.sandbox(agent))
     return OpenResult(session_id=info.session_id, name=info.name, type=info.type, pid=info.pid,
                       status=info.status, motd=info.motd)
 

@@ -328,12 +328,13 @@ def hung_mount(tmp_path):
     mount.abort()
 
 
-@pytest.mark.parametrize("containment", ["auto", "tracking"])
-def test_a_cwd_on_a_hung_mount_holds_neither_the_loop_nor_the_open(hung_mount, monkeypatch, containment):
-    """Whether the cwd is a directory was asked on the loop: one open in a hung mount (a stopped sshfs, which a
-    model can name, or an agent make) held every session of the kernel.  Now the file system is asked in a
-    thread of its own with a deadline: other agents' sessions go on, the open fails saying why, and when too
-    many such questions hang, opens are refused at once until the mount comes back or goes."""
+@pytest.mark.parametrize("containment, hung", [("auto", "cwd"), ("tracking", "cwd"), ("auto", "PATH")])
+def test_a_hung_mount_holds_neither_the_loop_nor_the_open(hung_mount, monkeypatch, containment, hung):
+    """Whether the cwd is a directory, and where the shell is on PATH, were asked on the loop: one open in a
+    hung mount (a stopped sshfs, which a model can name, or an agent make), or with one on PATH, held every
+    session of the kernel.  Now the file system is asked in a thread of its own with a deadline: other agents'
+    sessions go on, the open fails saying why, and when too many such questions hang, opens are refused at
+    once until the mount comes back or goes."""
     from dsh_terminal_magics.mechanism import manager as manager_module
     monkeypatch.setattr(manager_module, "FILE_SYSTEM_SECONDS", 1.0)
     monkeypatch.setattr(manager_module, "MAX_UNANSWERED_FILE_SYSTEM", 1)
@@ -343,9 +344,13 @@ def test_a_cwd_on_a_hung_mount_holds_neither_the_loop_nor_the_open(hung_mount, m
         sid = tools.call("terminal_open", {"type": "shell"}, agent=other).session_id
         outcome: dict[str, object] = {}
 
+        where = {"cwd": hung_mount.path} if hung == "cwd" else {}
+        if hung == "PATH":
+            monkeypatch.setenv("PATH", f"{hung_mount.path}:{os.environ['PATH']}")
+
         def open_in_the_mount() -> None:
             try:
-                tools.call("terminal_open", {"type": "shell", "cwd": hung_mount.path}, agent=victim)
+                tools.call("terminal_open", {"type": "shell", **where}, agent=victim)
             except TerminalError as exc:
                 outcome["error"] = str(exc)
 
@@ -355,11 +360,12 @@ def test_a_cwd_on_a_hung_mount_holds_neither_the_loop_nor_the_open(hung_mount, m
             r = tools.call("terminal_send", {"sessionId": sid, "text": "echo still here"}, agent=other)
             assert r.wait_reason == "stdin_read" and "still here\n" in r.viewport
         opener.join(30)
-        assert not opener.is_alive() and "did not say within 1 s" in str(outcome.get("error")), outcome
+        assert not opener.is_alive() and "did not answer within 1 s" in str(outcome.get("error")), outcome
         with pytest.raises(TerminalError, match="has not answered 1 earlier opens"):
-            tools.call("terminal_open", {"type": "shell", "cwd": hung_mount.path}, agent=victim)
+            tools.call("terminal_open", {"type": "shell", **where}, agent=victim)
         hung_mount.abort()
         hung_mount.abort = lambda: None
+        monkeypatch.undo()
         wait_for(lambda: manager_module._unanswered_file_system == 0)
         assert tools.call("terminal_open", {"type": "shell"}, agent=victim).status == "running"
     finally:
