@@ -266,34 +266,3 @@ class EventLoopThread:
                     pass
             raise
 
-
-async def off_the_loop(work: Callable[..., T], *args: object, name: str = "dsh-terminal-scan") -> T:
-    """``work(*args)`` in a thread of its own, awaited (on the loop, which goes on meanwhile: a thread that never
-    comes back - a hung mount - costs only itself); run here when no thread can start (interpreter exit)."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(outcome: T | None, error: BaseException | None) -> None:
-        if done.done():  # (given up on: cancelled, or its deadline passed)
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(outcome)  # type: ignore[arg-type]
-
-    def run() -> None:
-        try:
-            outcome, error = work(*args), None
-        except BaseException as exc:  # (handed to the awaiting loop)
-            outcome, error = None, exc
-        try:
-            loop.call_soon_threadsafe(settle, outcome, error)
-        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
-            pass
-
-    try:
-        threading.Thread(target=run, name=name, daemon=True).start()
-    except RuntimeError:
-        return work(*args)
-    return await done
-

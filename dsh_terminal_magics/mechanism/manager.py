@@ -30,9 +30,9 @@ from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE
                           signal_name, wait_seconds_problem)
 from .backends import BASE_ENV, Backend, BackendRegistry, LaunchSpec
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
-from .event_loop import EventLoopThread, LoopProxy, off_the_loop
+from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
-from .process_tree import SESSION_TOKEN_ENV, end_trees
+from .process_tree import SESSION_TOKEN_ENV, end_trees, off_the_loop
 from .pty_child import spawn_off_loop
 from ..asciicast import open_recording
 from .sandbox import Sandbox
@@ -430,16 +430,20 @@ def _prepare(backend: Backend, cwd: str | None, where: str, root: str,
 async def _ask_the_file_system(question: Callable[..., T], backend: Backend, cwd: str | None, where: str,
                                *args: object) -> T:
     """``question(backend, cwd, where, *args)`` in a thread of its own, within :data:`FILE_SYSTEM_SECONDS`: past
-    it the open fails saying where it waited, and the loop never waited."""
+    it the open fails saying where it waited (the thread counted as unanswered until it comes back), and the
+    loop never waited."""
     global _unanswered_file_system
     if _unanswered_file_system >= MAX_UNANSWERED_FILE_SYSTEM:
         raise TerminalError(f"the file system has not answered {_unanswered_file_system} earlier opens (a hung "
                             "mount?): bring the mount back or unmount it, then open again")
-    _unanswered_file_system += 1  # (on the loop; given back by the thread, through the loop)
+    given_up = finished = False
 
     def answered() -> None:
         global _unanswered_file_system
-        _unanswered_file_system -= 1
+        nonlocal finished
+        finished = True
+        if given_up:
+            _unanswered_file_system -= 1
 
     def ask() -> T:
         try:
@@ -452,7 +456,10 @@ async def _ask_the_file_system(question: Callable[..., T], backend: Backend, cwd
     try:
         return await asyncio.wait_for(off_the_loop(ask, name="dsh-terminal-fs"), FILE_SYSTEM_SECONDS)
     except asyncio.TimeoutError:
+        if not finished:  # (on the loop, as answered runs: the two never overlap)
+            given_up = True
+            _unanswered_file_system += 1
         raise InvalidArgumentError(f"cwd {cwd!r}: the file system did not answer within {FILE_SYSTEM_SECONDS:g} s "
                                    f"whether {where!r} is a directory, or where the {backend.name!r} session's "
-                                   "program (or bubblewrap) is on PATH (a hung mount?): pick another directory, or bring the mount "
-                                   "back or unmount it") from None
+                                   "program (or bubblewrap) is on PATH (a hung mount?): pick another directory, or "
+                                   "bring the mount back or unmount it") from None

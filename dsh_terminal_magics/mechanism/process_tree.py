@@ -21,9 +21,7 @@ import termios
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
-
-from .event_loop import off_the_loop
+from typing import Callable, Iterable, NamedTuple, TypeVar
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -424,6 +422,42 @@ def _scan_for_tokens(tokens: list[bytes]) -> tuple[dict[int, ProcessStat], dict[
                 if needle in env:
                     carriers[token].add(pid)
     return table, carriers
+
+
+_T = TypeVar("_T")
+
+
+async def off_the_loop(work: Callable[..., _T], *args: object, name: str = "dsh-terminal-scan") -> _T:
+    """``work(*args)`` in a thread of its own, awaited (on the loop, which goes on meanwhile: a thread that never
+    comes back - a hung mount - costs only itself); run here when no thread can start (interpreter exit).
+    (Here, not in :mod:`.event_loop`: the watchdog imports this module as a script's, which imports nothing of
+    the package.)"""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[_T] = loop.create_future()
+
+    def settle(outcome: _T | None, error: BaseException | None) -> None:
+        if done.done():  # (given up on: cancelled, or its deadline passed)
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(outcome)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            outcome, error = work(*args), None
+        except BaseException as exc:  # (handed to the awaiting loop)
+            outcome, error = None, exc
+        try:
+            loop.call_soon_threadsafe(settle, outcome, error)
+        except RuntimeError:  # the loop closed meanwhile: nobody waits any more
+            pass
+
+    try:
+        threading.Thread(target=run, name=name, daemon=True).start()
+    except RuntimeError:
+        return work(*args)
+    return await done
 
 
 def _living(tree: TreeToEnd, table: dict[int, ProcessStat]) -> set[ProcessId]:

@@ -162,3 +162,32 @@ def test_what_ends_is_reaped_not_left_to_init(manager, agent, sandbox):
         assert manager.sync.close(agent, info.session_id) is True
         left = [(pid, stat.state, stat.ppid) for pid in members if (stat := read_stat(pid)) is not None]
         assert left == [], f"left after {ending} (pid, state, parent): {left}"
+
+
+def test_the_watchdog_script_sweeps_what_carries_its_token():
+    """The watchdog runs as a script of the standard library alone (it imports ``process_tree`` as a module of
+    its own): an import of the package there made it die at once, and a kernel killed with SIGKILL left every
+    session's orphans running.  Run as the kernel runs it, it ends what carries its token when its pipe
+    closes."""
+    import subprocess
+    import sys
+
+    from dsh_terminal_magics.mechanism import watchdog
+    from dsh_terminal_magics.mechanism.process_tree import SESSION_TOKEN_ENV
+
+    token = f"wd.{os.getpid()}.{time.monotonic_ns()}"
+    sleeper = subprocess.Popen(["sleep", "1000"], env={**os.environ, SESSION_TOKEN_ENV: token})
+    dog = subprocess.Popen([sys.executable, "-S", watchdog.__file__, token], stdin=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    try:
+        assert dog.stdin is not None
+        dog.stdin.close()
+        assert dog.wait(timeout=30) == 0, dog.stderr.read() if dog.stderr else ""
+        assert sleeper.wait(timeout=30) == -9
+    finally:
+        for proc in (sleeper, dog):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if dog.stderr:
+            dog.stderr.close()

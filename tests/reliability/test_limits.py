@@ -393,3 +393,19 @@ def test_a_sandbox_whose_workspace_holds_a_hung_mount_fails_to_open_in_time(hung
         assert tools.call("terminal_open", {"type": "shell"}, agent=agent).status == "running"
     finally:
         tools.shutdown()
+
+
+def test_many_opens_at_once_are_not_taken_for_a_hung_file_system(manager, agent):
+    """Only questions past their deadline count as unanswered: twelve opens at once (more than the eight
+    allowed to hang) all open."""
+    import asyncio
+
+    async def open_all():
+        return await asyncio.gather(*(manager.aio.open(agent, "shell") for _ in range(12)))
+
+    infos = asyncio.run(open_all())
+    try:
+        assert [info.status for info in infos] == ["running"] * 12
+    finally:
+        for info in infos:
+            manager.sync.close(agent, info.session_id)
