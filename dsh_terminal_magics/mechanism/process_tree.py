@@ -30,6 +30,13 @@ PR_SET_CHILD_SUBREAPER = 36
 SESSION_TOKEN_ENV = "DSH_TERMINAL_SESSION"
 #: Longest a close lets a frozen leader run to reap what died under it before it is killed (seconds).
 REAP_GRACE = 0.5
+#: How long a killed (or exiting) process may stay before a close counts it as ended (seconds): it runs no
+#: code of its own again, and one held in the kernel - a read from a dead sshfs - was waited for for ever.
+KILLED_BUT_HELD_SECONDS = 2.0
+#: ``task_struct`` flag: the process is exiting.
+PF_EXITING = 0x4
+#: When each killed process was first seen held (see :func:`_ended`).
+_held_since: dict["ProcessId", float] = {}
 
 HAVE_PROC = os.path.isdir("/proc/self/task")
 
@@ -460,13 +467,43 @@ async def off_the_loop(work: Callable[..., _T], *args: object, name: str = "dsh-
     return await done
 
 
-def _living(tree: TreeToEnd, table: dict[int, ProcessStat]) -> set[ProcessId]:
-    alive = set()
-    for ident in tree.members:
-        stat = table.get(ident.pid)
-        if stat is not None and stat.start_time == ident.start_time and not stat.gone:
-            alive.add(ident)
-    return alive
+def _living(tree: TreeToEnd, table: dict[int, ProcessStat], killed: bool = False) -> set[ProcessId]:
+    """The tree's members still there (``killed``: after SIGKILL, when one held in the kernel ends too)."""
+    if killed:
+        return {ident for ident in tree.members if not _ended(ident, table.get(ident.pid))}
+    return {ident for ident in tree.members
+            if (stat := table.get(ident.pid)) is not None and stat.start_time == ident.start_time and not stat.gone}
+
+
+def _ended(ident: ProcessId, stat: ProcessStat | None) -> bool:
+    """Whether ``ident`` (``stat``: its ``/proc`` stat now) is over for a close: gone, or killed (or exiting)
+    and still held in the kernel :data:`KILLED_BUT_HELD_SECONDS` later.  Such a process never runs code of its
+    own again, and may be held for ever: a read from a FUSE server that stopped answering (a dead sshfs) holds
+    it in uninterruptible sleep, and a pid namespace's init in its exit until that one is gone."""
+    if stat is None or stat.start_time != ident.start_time or stat.gone:
+        _held_since.pop(ident, None)
+        return True
+    if not _killed(ident.pid):
+        _held_since.pop(ident, None)
+        return False
+    now = time.monotonic()
+    return now - _held_since.setdefault(ident, now) >= KILLED_BUT_HELD_SECONDS
+
+
+def _killed(pid: int) -> bool:
+    """Whether ``pid`` has a SIGKILL pending or is already exiting (``PF_EXITING``)."""
+    raw = read_proc(f"/proc/{pid}/stat")
+    status = read_proc(f"/proc/{pid}/status")
+    if raw is None or status is None:
+        return False
+    try:
+        if int(raw[raw.rindex(b")") + 2:].split()[6]) & PF_EXITING:
+            return True
+        pending = [int(line.split()[1], 16) for line in status.splitlines()
+                   if line.startswith((b"SigPnd:", b"ShdPnd:"))]
+    except (ValueError, IndexError):
+        return False
+    return any(mask & (1 << (signal.SIGKILL - 1)) for mask in pending)
 
 
 async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -> dict[ProcessId, bool]:
@@ -523,7 +560,7 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
         for tree in trees:
             tree.leader_exited = True
         table = await discover(trees)
-        if not any(_living(t, table) for t in trees):
+        if not any(_living(t, table, killed=True) for t in trees):
             break
         await _freeze_all(trees, stopped)
     return forced
@@ -609,7 +646,7 @@ async def _wait_all_gone(trees: list[TreeToEnd], poll: float, but: bool = False)
     """Wait until every member is gone (``but``: every member but the leader), killing them again meanwhile."""
     for tree in trees:
         while True:
-            left = [m for m in tree.members if is_alive(m) and not (but and m == tree.leader)]
+            left = [m for m in tree.members if not _ended(m, read_stat(m.pid)) and not (but and m == tree.leader)]
             if not left:
                 break
             for member in left:

@@ -191,3 +191,33 @@ def test_the_watchdog_script_sweeps_what_carries_its_token():
                 proc.wait()
         if dog.stderr:
             dog.stderr.close()
+
+
+@pytest.mark.parametrize("containment", ["tracking", "namespace"])
+def test_a_process_held_in_the_kernel_after_sigkill_does_not_hold_the_close(tmp_path, containment):
+    """A read from a file system that stopped answering (a dead sshfs) holds the reader in the kernel - after a
+    SIGKILL too, in uninterruptible sleep - and in a pid namespace its init in its exit: the close waited for it
+    for ever (and the kernel's shutdown with it).  Killed and held past a short bound, such a process counts as
+    ended - it never runs code of its own again - and the close returns.  It is gone once the mount is."""
+    from dsh_terminal_magics import Agent, TerminalTools
+    from tests.fuse_mounts import StuckFile, mounted
+
+    if containment == "namespace" and sandbox_problem() is not None:
+        pytest.skip(f"namespace containment needs bubblewrap: {sandbox_problem()}")
+    mount = mounted(StuckFile, str(tmp_path / "mnt"))
+    tools = TerminalTools(config={"containment": containment})
+    agent = Agent("reader")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        r = tools.call("terminal_send", {"sessionId": sid, "text": f"echo reading; cat {mount.path}/f",
+                                         "timeout": 1}, agent=agent)
+        assert r.wait_reason == "timeout" and "reading\n" in r.viewport
+        outcome: dict[str, object] = {}
+        closing = threading.Thread(target=lambda: outcome.update(
+            closed=tools.call("terminal_close", {"sessionId": sid}, agent=agent).outcome))
+        closing.start()
+        closing.join(30)
+        assert outcome == {"closed": "closed"}
+    finally:
+        mount.abort()
+        tools.shutdown()

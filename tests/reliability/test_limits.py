@@ -20,6 +20,7 @@ from dsh_terminal_magics.mechanism import SendRequest
 from dsh_terminal_magics.mechanism.session import Session
 from dsh_terminal_magics.tools.recordings import CastPlayer
 from tests.conftest import wait_for
+from tests.fuse_mounts import HungMount, mounted
 
 
 def test_sessions_per_agent_are_capped_and_others_still_open():
@@ -296,34 +297,9 @@ def _open_signal_and_close_without_a_scan_on_the_loop(containment: str, scans: l
     scans.clear()
 
 
-class HungMount:
-    """A FUSE file system whose server never answers (as a stopped sshfs or a stale mount): everything that
-    looks at the mount point waits - until :meth:`abort` ends the connection and the waits fail."""
-
-    def __init__(self, path: str) -> None:
-        import ctypes
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        self.path = path
-        self._fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
-        options = f"fd={self._fd},rootmode=40000,user_id={os.getuid()},group_id={os.getgid()}"
-        if self._libc.mount(b"hung", path.encode(), b"fuse", 0, options.encode()) != 0:
-            os.close(self._fd)
-            raise OSError(ctypes.get_errno(), "mount")
-
-    def abort(self) -> None:
-        self._libc.umount2(self.path.encode(), 2)  # MNT_DETACH
-        os.close(self._fd)
-
-
 @pytest.fixture
 def hung_mount(tmp_path):
-    if os.geteuid() != 0 or not os.path.exists("/dev/fuse"):
-        pytest.skip("mounting a FUSE file system needs root and /dev/fuse")
-    (tmp_path / "mnt").mkdir()
-    try:
-        mount = HungMount(str(tmp_path / "mnt"))
-    except OSError as exc:
-        pytest.skip(f"FUSE cannot be mounted here: {exc}")
+    mount = mounted(HungMount, str(tmp_path / "mnt"))
     yield mount
     mount.abort()
 
@@ -364,7 +340,6 @@ def test_a_hung_mount_holds_neither_the_loop_nor_the_open(hung_mount, monkeypatc
         with pytest.raises(TerminalError, match="has not answered 1 earlier opens"):
             tools.call("terminal_open", {"type": "shell", **where}, agent=victim)
         hung_mount.abort()
-        hung_mount.abort = lambda: None
         monkeypatch.undo()
         wait_for(lambda: manager_module._unanswered_file_system == 0)
         assert tools.call("terminal_open", {"type": "shell"}, agent=victim).status == "running"
@@ -388,7 +363,6 @@ def test_a_sandbox_whose_workspace_holds_a_hung_mount_fails_to_open_in_time(hung
             tools.call("terminal_open", {"type": "shell"}, agent=agent)
         assert tools.call("terminal_list", {}, agent=agent).root == []
         hung_mount.abort()
-        hung_mount.abort = lambda: None
         tools.set_session_defaults(start_timeout=10.0)
         assert tools.call("terminal_open", {"type": "shell"}, agent=agent).status == "running"
     finally:
