@@ -109,31 +109,60 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
 
 #: Spawner threads: a fork and the wait for the child's exec take milliseconds, which would stall every
 #: session's I/O on the loop, and several opens overlap there.  They never end before the process does:
-#: ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends.
+#: ``PR_SET_PDEATHSIG`` fires when the *thread* that forked the child ends.  A pool of
+#: :data:`SPAWNER_THREADS`, grown while every one is busy up to :data:`MAX_SPAWNER_THREADS`: a spawn can be
+#: held for long (the sandbox's set-up reads the workspace: a hung mount there holds it until the mount comes
+#: back), and four held ones left no opens at all.
 SPAWNER_THREADS = 4
+MAX_SPAWNER_THREADS = 16
 _Work = tuple[Callable[[], Any], "asyncio.AbstractEventLoop | None", "asyncio.Future[PtyProcess] | None"]
 _spawn_queue: "queue.SimpleQueue[_Work]" = queue.SimpleQueue()
 _spawners: list[threading.Thread] = []
 _spawners_lock = threading.Lock()
+#: Spawner threads waiting for work, and started but not waiting yet; spawns queued and not taken yet.
+_idle_spawners = 0
+_starting_spawners = 0
+_queued_spawns = 0
 
 
 def spawn_off_loop(loop: asyncio.AbstractEventLoop, *args: Any) -> "asyncio.Future[PtyProcess]":
     """:func:`spawn` in a spawner thread; the future resolves on ``loop`` with the process (or the error).
     Cancelling the future does not stop the spawn: a process it started then is killed and reaped."""
-    with _spawners_lock:
-        while len(_spawners) < SPAWNER_THREADS:  # the whole pool at the first spawn: a fixed set of threads
-            thread = threading.Thread(target=_spawner, name=f"dsh-terminal-spawn-{len(_spawners)}", daemon=True)
-            thread.start()
-            _spawners.append(thread)
     done: asyncio.Future[PtyProcess] = loop.create_future()
-    _spawn_queue.put((lambda: spawn(*args), loop, done))
+    _queue_spawn((lambda: spawn(*args), loop, done))
     return done
+
+
+def _queue_spawn(work: _Work) -> None:
+    global _queued_spawns
+    with _spawners_lock:
+        _queued_spawns += 1
+        while len(_spawners) < SPAWNER_THREADS or (_queued_spawns > _idle_spawners + _starting_spawners
+                                                   and len(_spawners) < MAX_SPAWNER_THREADS):
+            _start_spawner()  # (the whole pool at the first spawn; one more while every one is busy)
+        _spawn_queue.put(work)
+
+
+def _start_spawner() -> None:
+    global _starting_spawners
+    _starting_spawners += 1
+    thread = threading.Thread(target=_spawner, name=f"dsh-terminal-spawn-{len(_spawners)}", daemon=True)
+    thread.start()
+    _spawners.append(thread)
 
 
 def _spawner() -> None:
     """A spawner thread's life: never ends (see :data:`SPAWNER_THREADS`), whatever a job raises."""
+    global _idle_spawners, _queued_spawns, _starting_spawners
+    with _spawners_lock:
+        _starting_spawners -= 1
     while True:
+        with _spawners_lock:
+            _idle_spawners += 1
         work, loop, done = _spawn_queue.get()
+        with _spawners_lock:
+            _idle_spawners -= 1
+            _queued_spawns -= 1
         try:
             proc, exc = work(), None
         except BaseException as error:  # noqa: BLE001 - handed to the waiting coroutine
@@ -150,7 +179,7 @@ def _spawner() -> None:
 def _settle(done: "asyncio.Future[PtyProcess]", proc: PtyProcess | None, exc: BaseException | None) -> None:
     if done.cancelled():  # nobody takes the process: end it off the loop (kill and reap)
         if proc is not None:
-            _spawn_queue.put((lambda: _discard(proc), None, None))
+            _queue_spawn((lambda: _discard(proc), None, None))
         return
     if exc is not None:
         done.set_exception(exc)
@@ -167,8 +196,13 @@ def _exit_code(status: int) -> int:
 
 
 def _discard(proc: PtyProcess) -> None:
-    """Kill a just-spawned process nobody took and reap it (it has started nothing yet to outlive it; under
-    bubblewrap its namespace ends with it)."""
+    """Kill a just-spawned process nobody took, with its process group, and reap it.  Its group: bubblewrap
+    killed this early leaves the child it forked for the namespace waiting for it for ever (blocked on an
+    eventfd only the killed one would have written, before ``--die-with-parent`` took hold)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # (a session leader: its group is its pid)
+    except OSError:
+        pass
     try:
         os.kill(proc.pid, signal.SIGKILL)
         os.waitpid(proc.pid, 0)

@@ -3,6 +3,7 @@ results."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import statistics
 import subprocess
@@ -355,18 +356,36 @@ def test_a_sandbox_whose_workspace_holds_a_hung_mount_fails_to_open_in_time(hung
     from dsh_terminal_magics.tools import sandbox_problem
     if sandbox_problem() is not None:
         pytest.skip(f"the sandbox needs bubblewrap: {sandbox_problem()}")
+    from dsh_terminal_magics.mechanism.pty_child import SPAWNER_THREADS
     tools = TerminalTools(config={"sandbox": "workspace-write"}, workspace_root=str(tmp_path))
     tools.set_session_defaults(start_timeout=1.0)
+    elsewhere = TerminalTools(config={"containment": "tracking"})
     agent = Agent("a")
-    try:
-        with pytest.raises(TerminalError, match=r"did not start within 1 s \(the sandbox's set-up .*hung mount"):
+    errors: list[str] = []
+
+    def open_sandboxed() -> None:
+        try:
             tools.call("terminal_open", {"type": "shell"}, agent=agent)
+        except TerminalError as exc:
+            errors.append(str(exc))
+
+    try:
+        openers = [threading.Thread(target=open_sandboxed) for _ in range(SPAWNER_THREADS + 1)]
+        for opener in openers:
+            opener.start()
+        for opener in openers:
+            opener.join(30)
+        assert len(errors) == SPAWNER_THREADS + 1
+        assert all(re.search(r"did not start within 1 s \(the sandbox's set-up .*hung mount", e) for e in errors)
         assert tools.call("terminal_list", {}, agent=agent).root == []
+        # more spawns held than the pool's threads: others still open (the pool grows while all are busy)
+        assert elsewhere.call("terminal_open", {"type": "shell"}, agent=agent).status == "running"
         hung_mount.abort()
         tools.set_session_defaults(start_timeout=10.0)
         assert tools.call("terminal_open", {"type": "shell"}, agent=agent).status == "running"
     finally:
         tools.shutdown()
+        elsewhere.shutdown()
 
 
 def test_many_opens_at_once_are_not_taken_for_a_hung_file_system(manager, agent):
