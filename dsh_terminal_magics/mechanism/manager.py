@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
-import functools
 import atexit
 import os
 import secrets
@@ -34,7 +33,7 @@ from .event_loop import EventLoopThread, LoopProxy
 from .keys import encode_keys
 from .process_tree import SESSION_TOKEN_ENV, end_trees, off_the_loop
 from .pty_child import spawn_off_loop
-from ..asciicast import open_recording
+from ..asciicast import CastRecorder, open_recording
 from .sandbox import Sandbox
 from .send import SendOperation, SendRequest, SendResult
 from .session import Session, SessionInfo, SessionOptions
@@ -275,9 +274,8 @@ class SessionManager:
                 raise InvalidArgumentError("starting a recording needs a path, e.g. 'session.cast'")
             _check_not_recording(session)
             rows, cols = session.size()
-            recorder = await asyncio.get_running_loop().run_in_executor(
-                None, functools.partial(open_recording, path, rows, cols, session.name or session.session_id,
-                                        confine_to))
+            recorder = await _open_recording_in_time(path, rows, cols, session.name or session.session_id,
+                                                     confine_to)
             if session.recorder is not None or not session.running:  # it changed while the file opened
                 recorder.close()
                 _check_not_recording(session)
@@ -325,6 +323,23 @@ class SessionManager:
         for waiter in already:
             await asyncio.shield(waiter)  # type: ignore[arg-type]
         return fresh
+
+
+async def _open_recording_in_time(path: str, *args: object) -> CastRecorder:
+    """:func:`open_recording` in a thread of its own, within :data:`FILE_SYSTEM_SECONDS`: a recording path in a
+    hung mount held the call for ever (and a thread of the loop's shared pool); one opened too late is closed."""
+    opening = asyncio.ensure_future(off_the_loop(open_recording, path, *args, name="dsh-terminal-fs"))
+    try:
+        return await asyncio.wait_for(asyncio.shield(opening), FILE_SYSTEM_SECONDS)
+    except asyncio.TimeoutError:
+        opening.add_done_callback(_close_late_recording)
+        raise InvalidArgumentError(f"cannot record to {path!r}: the file system did not answer within "
+                                   f"{FILE_SYSTEM_SECONDS:g} s (a hung mount?): pick a path elsewhere") from None
+
+
+def _close_late_recording(opened: "asyncio.Future[CastRecorder]") -> None:
+    if not opened.cancelled() and opened.exception() is None:
+        opened.result().close()
 
 
 def _check_not_recording(session: Session) -> None:

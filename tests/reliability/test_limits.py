@@ -402,3 +402,34 @@ def test_many_opens_at_once_are_not_taken_for_a_hung_file_system(manager, agent)
     finally:
         for info in infos:
             manager.sync.close(agent, info.session_id)
+
+
+def test_a_recording_path_in_a_hung_mount_fails_in_time(hung_mount, monkeypatch):
+    """A recording opened in a hung mount held the call for ever: now it fails within the file-system deadline
+    saying so, while other sessions go on."""
+    from dsh_terminal_magics.mechanism import manager as manager_module
+    monkeypatch.setattr(manager_module, "FILE_SYSTEM_SECONDS", 1.0)
+    tools = TerminalTools(config={"recordDir": hung_mount.path})
+    agent, other = Agent("recorder"), Agent("other")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        theirs = tools.call("terminal_open", {"type": "shell"}, agent=other).session_id
+        outcome: dict[str, str] = {}
+
+        def record() -> None:
+            try:
+                tools.call("terminal_record", {"sessionId": sid, "action": "start", "path": "a.cast"}, agent=agent)
+            except TerminalError as exc:
+                outcome["error"] = str(exc)
+
+        recording = threading.Thread(target=record)
+        recording.start()
+        r = tools.call("terminal_send", {"sessionId": theirs, "text": "echo meanwhile"}, agent=other)
+        assert "meanwhile\n" in r.viewport
+        recording.join(30)
+        assert "did not answer within 1 s" in outcome.get("error", ""), outcome
+        hung_mount.abort()
+        r = tools.call("terminal_send", {"sessionId": sid, "text": "echo not recording"}, agent=agent)
+        assert r.wait_reason == "stdin_read"
+    finally:
+        tools.shutdown()
