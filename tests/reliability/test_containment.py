@@ -322,11 +322,17 @@ ORPHANS_COME_HOME = textwrap.dedent("""
     print(tools.call_text("terminal_send", {"sessionId": sid, "text": sys.argv[3]}, agent=agent), flush=True)
     tools.call("terminal_close", {"sessionId": sid}, agent=agent)
     tools.shutdown()
+    def read(path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:  # (a thread or process that ended meanwhile)
+            return ""
     def strays():
         me = os.getpid()
         kids = [int(p) for t in os.listdir(f"/proc/{me}/task")
-                for p in open(f"/proc/{me}/task/{t}/children").read().split()]
-        return [open(f"/proc/{p}/stat").read().split(")")[0] for p in kids if p != Watchdog._proc.pid]
+                for p in read(f"/proc/{me}/task/{t}/children").split()]
+        return [stat.split(")")[0] for p in kids if p != Watchdog._proc.pid and (stat := read(f"/proc/{p}/stat"))]
     deadline = time.monotonic() + 10
     while strays() and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -341,6 +347,7 @@ def test_a_session_leaves_no_orphan_for_init(config, kind):
     its own parent: an orphan is re-parented to the machine's init, and a container's init (often the
     notebook server itself) that does not reap keeps it as a zombie for ever.  The kernel here is a child
     subreaper, so an orphan comes to it instead and is seen."""
-    out = subprocess.run([sys.executable, "-c", ORPHANS_COME_HOME, json.dumps(config), kind,
-                          "echo ran" if kind == "shell" else "print('ran')"], capture_output=True, text=True, timeout=60)
+    text = "echo ran" if kind == "shell" else "print('ran')"
+    out = subprocess.run([sys.executable, "-c", ORPHANS_COME_HOME, json.dumps(config), kind, text],
+                         capture_output=True, text=True, timeout=60)
     assert "ran" in out.stdout and "strays: []" in out.stdout, out.stdout + out.stderr
