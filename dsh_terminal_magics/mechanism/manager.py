@@ -416,7 +416,7 @@ def shutdown_all() -> None:
 atexit.register(shutdown_all)
 
 
-def check_directories(cwd: str | None, where: str, root: str, sandbox: Sandbox) -> None:
+def _check_directories(cwd: str | None, where: str, root: str, sandbox: Sandbox) -> None:
     """Raise the error a session opened in ``where`` (``cwd`` as given) under ``root`` and ``sandbox`` gets: the
     directory must exist (and, sandboxed, the workspace root), and be one the wrapping can start in."""
     if not os.path.isdir(where):
@@ -438,7 +438,7 @@ def _prepare(backend: Backend, cwd: str | None, where: str, root: str,
     once to ask its version)."""
     if not isinstance(sandbox, Sandbox):
         sandbox = sandbox()
-    check_directories(cwd, where, root, sandbox)
+    _check_directories(cwd, where, root, sandbox)
     return backend.launch(where), sandbox
 
 
