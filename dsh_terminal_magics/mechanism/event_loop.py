@@ -265,4 +265,3 @@ class EventLoopThread:
                 except BaseException:
                     pass
             raise
-

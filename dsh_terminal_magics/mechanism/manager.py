@@ -20,7 +20,7 @@ import secrets
 import signal as signal_module
 import weakref
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Callable
 
 from ..errors import (BackendError, InvalidArgumentError, SessionLimitError, SessionNotRunningError,
                       TerminalError, UnknownSessionError)
@@ -58,7 +58,6 @@ FILE_SYSTEM_SECONDS = 5.0
 #: comes back or goes.
 MAX_UNANSWERED_FILE_SYSTEM = 8
 _unanswered_file_system = 0
-T = TypeVar("T")
 #: Open sessions one owner may have (default), and all owners of all managers in this process together.
 MAX_SESSIONS_PER_OWNER = 64
 MAX_SESSIONS_PER_PROCESS = 256
@@ -121,7 +120,7 @@ class SessionManager:
         self._check_caps(owner)
         root = self.workspace_root or os.getcwd()
         where = os.path.abspath(os.path.join(root, os.path.expanduser(cwd))) if cwd is not None else root
-        spec, wrapping = await _ask_the_file_system(_prepare, backend, cwd, where, root, sandbox)
+        spec, wrapping = await _prepare_in_time(backend, cwd, where, root, sandbox)
         self._check_caps(owner)  # (again: other opens went on while the file system answered)
         if name is not None and any(s.owner is owner and s.name == name and s.status != "closed"
                                     for s in self._sessions.values()):
@@ -442,11 +441,10 @@ def _prepare(backend: Backend, cwd: str | None, where: str, root: str,
     return backend.launch(where), sandbox
 
 
-async def _ask_the_file_system(question: Callable[..., T], backend: Backend, cwd: str | None, where: str,
-                               *args: object) -> T:
-    """``question(backend, cwd, where, *args)`` in a thread of its own, within :data:`FILE_SYSTEM_SECONDS`: past
-    it the open fails saying where it waited (the thread counted as unanswered until it comes back), and the
-    loop never waited."""
+async def _prepare_in_time(backend: Backend, cwd: str | None, where: str, root: str,
+                           sandbox: Sandbox | Callable[[], Sandbox]) -> tuple[LaunchSpec, Sandbox]:
+    """:func:`_prepare` in a thread of its own, within :data:`FILE_SYSTEM_SECONDS`: past it the open fails saying
+    where it waited (the thread counted as unanswered until it comes back), and the loop never waited."""
     global _unanswered_file_system
     if _unanswered_file_system >= MAX_UNANSWERED_FILE_SYSTEM:
         raise TerminalError(f"the file system has not answered {_unanswered_file_system} earlier opens (a hung "
@@ -460,9 +458,9 @@ async def _ask_the_file_system(question: Callable[..., T], backend: Backend, cwd
         if given_up:
             _unanswered_file_system -= 1
 
-    def ask() -> T:
+    def ask() -> tuple[LaunchSpec, Sandbox]:
         try:
-            return question(backend, cwd, where, *args)
+            return _prepare(backend, cwd, where, root, sandbox)
         finally:
             with contextlib.suppress(RuntimeError):  # (the loop is gone: nobody counts any more)
                 loop.call_soon_threadsafe(answered)

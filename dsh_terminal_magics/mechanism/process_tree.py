@@ -63,6 +63,8 @@ class ProcessStat(NamedTuple):
     #: The controlling terminal's device number (0: none) and its foreground process group (-1: none).
     tty_nr: int = 0
     tpgid: int = -1
+    #: The kernel's flags for the process (``PF_EXITING``...).
+    flags: int = 0
 
     @property
     def ident(self) -> ProcessId:
@@ -92,7 +94,7 @@ def parse_stat(raw: bytes, pid: int) -> ProcessStat:
     last ``)``)."""
     rest = raw[raw.rindex(b")") + 2 :].split(None, 20)
     return ProcessStat(pid, chr(rest[0][0]), int(rest[1]), int(rest[2]), int(rest[3]), int(rest[19]), int(rest[17]),
-                       int(rest[4]), int(rest[5]))
+                       int(rest[4]), int(rest[5]), int(rest[6]))
 
 
 def read_proc(path: str, size: int = 65536, offset: int = 0) -> bytes | None:
@@ -483,22 +485,21 @@ def _ended(ident: ProcessId, stat: ProcessStat | None) -> bool:
     if stat is None or stat.start_time != ident.start_time or stat.gone:
         _held_since.pop(ident, None)
         return True
-    if not _killed(ident.pid):
+    if not _killed(stat):
         _held_since.pop(ident, None)
         return False
     now = time.monotonic()
     return now - _held_since.setdefault(ident, now) >= KILLED_BUT_HELD_SECONDS
 
 
-def _killed(pid: int) -> bool:
-    """Whether ``pid`` has a SIGKILL pending or is already exiting (``PF_EXITING``)."""
-    raw = read_proc(f"/proc/{pid}/stat")
-    status = read_proc(f"/proc/{pid}/status")
-    if raw is None or status is None:
+def _killed(stat: ProcessStat) -> bool:
+    """Whether the process is already exiting (``PF_EXITING``) or has a SIGKILL pending."""
+    if stat.flags & PF_EXITING:
+        return True
+    status = read_proc(f"/proc/{stat.pid}/status")
+    if status is None:
         return False
     try:
-        if int(raw[raw.rindex(b")") + 2:].split()[6]) & PF_EXITING:
-            return True
         pending = [int(line.split()[1], 16) for line in status.splitlines()
                    if line.startswith((b"SigPnd:", b"ShdPnd:"))]
     except (ValueError, IndexError):
