@@ -857,17 +857,18 @@ class ReadinessProbe:
         if stat.state != "S":
             return "running"
         syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
-        if syscall is None:
+        if syscall is None and not self._asks_for_a_secret():
             return "busy"
         timeout_before, self._masters, self._sockets = self._timeout, [], []
-        waits_on_tty = self._waits_on_tty(pid, syscall)
+        # (a wait we may not look into, on a terminal set to take a secret: a read of it, see _asks_for_a_secret)
+        waits_on_tty = self._waits_on_tty(pid, syscall) if syscall is not None else self._waiting(math.inf)
         after = self._schedstat(pid, tid)
         if after != before:
             return "running"
         sample[(pid, tid)] = after
         if waits_on_tty is None:
             return "busy"
-        if not waits_on_tty:
+        if not waits_on_tty and syscall is not None:  # (one not looked into is a read here, or busy above)
             self._other_waits[(pid, tid)] = syscall
             if fence.schedstat.get((pid, tid)) != after:  # (it ran since the write)
                 self.handed_on = True
@@ -894,6 +895,19 @@ class ReadinessProbe:
         if fresh:
             self.tty_readers.append(pid)
         return "tty" if fresh else "stale"
+
+    def _asks_for_a_secret(self) -> bool:
+        """Whether our terminal is set the way a password prompt sets it: lines, echo off.
+
+        What a thread waits on is in its ``syscall`` file, which only a process that may trace it can read:
+        not a user's kernel for a setuid program it runs (``sudo``, ``su``, ``passwd``), nor a kernel
+        without ``CAP_SYS_PTRACE`` (a container's root) for another user's processes.  Such a thread, asleep,
+        is taken to read the terminal only while the terminal is in line mode with echo off - every password
+        prompt sets it so right before it reads, and puts echo back right after (``su``'s delay after a wrong
+        password runs with echo on).  Behind a relay the inner terminal's modes are not ours to read: no.
+        """
+        modes = self._modes() if not self._relay_depth else None
+        return modes is not None and bool(modes[3] & termios.ICANON) and not modes[3] & termios.ECHO
 
     def _passes_input_away(self, pid: int, sockets: list[int]) -> bool:
         """Whether one of ``pid``'s ``sockets`` (inodes) is connected to a process not in the group looked at:

@@ -17,7 +17,7 @@ PROMPT_WITHIN = 1.5
 needs = {name: pytest.mark.skipif(shutil.which(name) is None and not os.environ.get("CI"),
                                   reason=f"{name} is not installed (CI installs it)")
          for name in ("vim", "git", "man", "less", "top", "ssh-keygen", "openssl", "gpg", "pinentry-curses",
-                      "node", "make", "gdb", "sshd", "fzf", "nano")}
+                      "node", "make", "gdb", "sshd", "fzf", "nano", "su", "setpriv")}
 
 
 @pytest.fixture
@@ -117,6 +117,73 @@ def test_gpg_asks_through_pinentry_started_by_its_agent(term, tmp_path):
     r, t = term("gpgconf --kill gpg-agent; echo killed", idle=20)
     assert "killed" in r.viewport
     shell_gets_the_next_command(term)
+
+
+#: A kernel that may not trace the session's setuid ``su``: it opens a session (process tracking, as a notebook
+#: user's own sessions have), runs ``su``, answers its password prompt wrongly, and says what each send saw.
+BLIND_KERNEL = r"""
+import json, os, sys, time
+from dsh_terminal_magics import Agent, TerminalTools
+tools = TerminalTools(config={"containment": "tracking"})
+agent = Agent("blind")
+sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+
+def send(text):
+    started = time.monotonic()
+    r = tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 10}, agent=agent)
+    return {"reason": r.wait_reason, "viewport": r.viewport, "exit": r.exit_code, "seconds": time.monotonic() - started}
+
+def su_syscall_readable():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b"blind-su-token" in open(f"/proc/{pid}/cmdline", "rb").read():
+                open(f"/proc/{pid}/syscall").read()
+                return True
+        except PermissionError:
+            return False
+        except OSError:
+            pass
+
+seen = {}
+try:
+    seen["prompt"] = send(sys.argv[1] + "su root -c 'echo blind-su-token'")
+    seen["readable"] = su_syscall_readable()
+    seen["wrong"] = send("not-the-password")
+    seen["next"] = send("echo next-$((6*7))")
+finally:
+    tools.shutdown()
+print(json.dumps(seen))
+"""
+
+
+@needs["su"]
+@needs["setpriv"]
+def test_a_password_prompt_the_kernel_may_not_look_into_is_a_prompt(tmp_path):
+    """A user's kernel may not read what a setuid ``su`` (``sudo``, ``passwd``) waits on: its ``syscall`` file is
+    for those who may trace it.  Its password prompt was seen only as ``inferred_idle`` at the end of the idle
+    window.  A terminal in line mode with echo off, and a foreground program asleep since our input, is now that
+    read; ``su``'s delay after a wrong password (echo back on) is not.  Under root, the kernel runs without
+    ``CAP_SYS_PTRACE`` and ``su`` as ``nobody``: the same blindness, the same ``su``."""
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "blind_kernel.py"
+    script.write_text(BLIND_KERNEL)
+    kernel, as_nobody = [sys.executable, str(script)], ""
+    if os.geteuid() == 0:
+        kernel = ["setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace", *kernel]
+        as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups "
+    done = subprocess.run([*kernel, as_nobody], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert seen["readable"] is False, seen  # (the kernel could not look: what this test is about)
+    asked = seen["prompt"]
+    assert asked["reason"] == "stdin_read" and asked["viewport"].endswith("Password: "), asked
+    assert asked["seconds"] < PROMPT_WITHIN, asked
+    wrong = seen["wrong"]
+    assert wrong["reason"] == "stdin_read" and "Authentication failure" in wrong["viewport"], wrong
+    assert wrong["viewport"].endswith("$ ") and wrong["exit"] == 1, wrong
+    assert "next-42" in seen["next"]["viewport"] and seen["next"]["reason"] == "stdin_read", seen["next"]
 
 
 def test_setsid_w_runs_its_program_in_a_session_of_its_own(term):
