@@ -369,10 +369,13 @@ async def close_sessions(sessions: builtins.list[Session]) -> None:
     """End the trees of several sessions together (one ``/proc`` scan per round for all)."""
     for session in sessions:  # a spawn in progress finishes first (milliseconds): its process ends with the rest
         await session.spawned()
-    trees = [tree for tree in (s.begin_close() for s in sessions) if tree is not None]
+    ending = [(session, tree) for session in sessions if (tree := session.begin_close()) is not None]
+    trees = [tree for _, tree in ending]
     grace = max((s.options.close_grace for s in sessions), default=0.0)
     if trees:
         await end_trees(trees, grace)
+    for session, tree in ending:
+        session.left_running = tree.out_of_reach_alive()
     for session in sessions:
         op = session.operation
         if op is not None and not op.done:

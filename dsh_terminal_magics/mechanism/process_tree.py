@@ -379,12 +379,34 @@ class TreeToEnd:
     token: bytes
     leader_exited: bool
     members: set[ProcessId]
+    #: Members this process may not signal (another user's: a command run with ``sudo``, a setuid program):
+    #: nothing here can end them, and the close does not wait for them.
+    beyond_reach: set[ProcessId]
 
     def __init__(self, leader: ProcessId, token: bytes, leader_exited: bool) -> None:
         self.leader = leader
         self.token = token
         self.leader_exited = leader_exited
         self.members = set()
+        self.beyond_reach = set()
+
+    def signal(self, ident: ProcessId, sig: int) -> bool:
+        """:func:`send_signal` to a member; one we may not signal is noted in :attr:`beyond_reach`."""
+        stat = read_stat(ident.pid)
+        if stat is None or stat.start_time != ident.start_time:
+            return False
+        try:
+            os.kill(ident.pid, sig)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            self.beyond_reach.add(ident)
+            return False
+        return True
+
+    def out_of_reach_alive(self) -> list[int]:
+        """Pids of the members beyond reach still running (after the close: what it left)."""
+        return sorted(ident.pid for ident in self.beyond_reach if is_alive(ident))
 
 
 async def discover(trees: list[TreeToEnd]) -> dict[int, ProcessStat]:
@@ -472,7 +494,7 @@ async def off_the_loop(work: Callable[..., _T], *args: object, name: str = "dsh-
 def _living(tree: TreeToEnd, table: dict[int, ProcessStat], killed: bool = False) -> set[ProcessId]:
     """The tree's members still there (``killed``: after SIGKILL, when one held in the kernel ends too)."""
     if killed:
-        return {ident for ident in tree.members if not _ended(ident, table.get(ident.pid))}
+        return {ident for ident in tree.members - tree.beyond_reach if not _ended(ident, table.get(ident.pid))}
     return {ident for ident in tree.members
             if (stat := table.get(ident.pid)) is not None and stat.start_time == ident.start_time and not stat.gone}
 
@@ -508,7 +530,8 @@ def _killed(stat: ProcessStat) -> bool:
 
 
 async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -> dict[ProcessId, bool]:
-    """End every process of every tree; return only when none of them remains.
+    """End every process of every tree; return only when none of them remains - but those this process may
+    not signal (:attr:`TreeToEnd.beyond_reach`), which nothing here can end.
 
     1. Polite: SIGTERM, SIGHUP and SIGCONT to every member except the leader
        (which stays alive as the subreaper that keeps orphans in the tree),
@@ -531,11 +554,11 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
         deadline = time.monotonic() + grace
         signalled: set[ProcessId] = set()
         while True:
-            pending = [m for t in trees for m in _living(t, table) if m != t.leader]
-            for member in pending:
+            pending = [(t, m) for t in trees for m in _living(t, table) if m != t.leader and m not in t.beyond_reach]
+            for tree, member in pending:
                 if member not in signalled:
                     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCONT):
-                        send_signal(member, sig)
+                        tree.signal(member, sig)
                     signalled.add(member)
             if not pending or time.monotonic() >= deadline:
                 break
@@ -546,7 +569,7 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
     for _ in range(100):
         for tree in trees:
             for member in tree.members - {tree.leader}:
-                forced[member] = send_signal(member, signal.SIGKILL)
+                forced[member] = tree.signal(member, signal.SIGKILL)
         await _wait_all_gone(trees, poll, but=True)
         if not await _freeze_all(trees, stopped):
             break
@@ -554,7 +577,7 @@ async def end_trees(trees: list[TreeToEnd], grace: float, poll: float = 0.005) -
     for _ in range(100):
         for tree in trees:
             for member in tree.members:
-                forced[member] = send_signal(member, signal.SIGKILL)
+                forced[member] = tree.signal(member, signal.SIGKILL)
         await _wait_all_gone(trees, poll)
         # A child whose fork was under way at the freeze appears only now, orphaned: with the leaders
         # gone, look for stragglers by token too, until a scan finds none.
@@ -593,10 +616,11 @@ async def _freeze_all(trees: list[TreeToEnd], stopped: set[ProcessId]) -> bool:
     for _ in range(1000):
         fresh = [ident for tree in trees for ident in _stop_below(tree, stopped)]
         table = await discover(trees)  # (what a walk down from the members cannot reach: adopted elsewhere)
-        for ident in (m for t in trees for m in _living(t, table) if m not in stopped):
-            send_signal(ident, signal.SIGSTOP)
-            stopped.add(ident)
-            fresh.append(ident)
+        for tree in trees:
+            for ident in _living(tree, table) - stopped:
+                tree.signal(ident, signal.SIGSTOP)
+                stopped.add(ident)
+                fresh.append(ident)
         if not fresh:
             return found
         found = True
@@ -617,8 +641,8 @@ def _stop_below(tree: TreeToEnd, stopped: set[ProcessId]) -> list[ProcessId]:
             continue
         seen.add(ident)
         if ident not in stopped:
-            if not send_signal(ident, signal.SIGSTOP):
-                continue  # (gone, or its pid names another process now)
+            if not tree.signal(ident, signal.SIGSTOP) and ident not in tree.beyond_reach:
+                continue  # (gone, or its pid names another process now; one beyond reach may have ours below)
             stopped.add(ident)
             tree.members.add(ident)
             fresh.append(ident)
@@ -644,12 +668,14 @@ def children_of(pid: int) -> list[int]:
 
 
 async def _wait_all_gone(trees: list[TreeToEnd], poll: float, but: bool = False) -> None:
-    """Wait until every member is gone (``but``: every member but the leader), killing them again meanwhile."""
+    """Wait until every member is gone (``but``: every member but the leader), killing them again meanwhile;
+    those beyond reach are not waited for."""
     for tree in trees:
         while True:
-            left = [m for m in tree.members if not _ended(m, read_stat(m.pid)) and not (but and m == tree.leader)]
+            left = [m for m in tree.members - tree.beyond_reach
+                    if not _ended(m, read_stat(m.pid)) and not (but and m == tree.leader)]
             if not left:
                 break
             for member in left:
-                send_signal(member, signal.SIGKILL)
+                tree.signal(member, signal.SIGKILL)
             await asyncio.sleep(poll)

@@ -116,6 +116,9 @@ class Session:
         self.probe: ReadinessProbe | None = None
         #: Set while (and after) the session is being closed; resolves when it is gone.
         self.closing: asyncio.Future[None] | None = None
+        #: After the close: pids of its processes this process may not signal (another user's, started with
+        #: ``sudo``), which nothing here could end.
+        self.left_running: list[int] = []
         self.child: PtyChild | None = None
         #: Resolves once a spawn in progress has finished (see :meth:`open`).
         self._spawned: asyncio.Future[None] | None = None

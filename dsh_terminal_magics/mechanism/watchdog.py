@@ -55,14 +55,14 @@ def sweep(token: bytes) -> int:
     from process_tree import ProcessId, process_table, send_signal, with_token, is_alive  # noqa: E402
 
     victims: set[ProcessId] = set()
+    passed: set[ProcessId] = set()  # (gone, or another user's - sudo's: not ours to signal, nor to wait for)
     for _ in range(200):
         table = process_table()
-        fresh = {table[p].ident for p in with_token(token, table, set()) if not table[p].gone} - victims
+        fresh = {table[p].ident for p in with_token(token, table, set()) if not table[p].gone} - victims - passed
         if not fresh:
             break
         for ident in fresh:
-            send_signal(ident, signal.SIGSTOP)
-        victims |= fresh
+            (victims if send_signal(ident, signal.SIGSTOP) else passed).add(ident)
     for ident in victims:
         send_signal(ident, signal.SIGKILL)
     deadline = time.monotonic() + 10

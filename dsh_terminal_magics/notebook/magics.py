@@ -25,7 +25,7 @@ from ..errors import TerminalError
 from ..owners import Agent
 from ..tools import TerminalTools, result_text, shutdown_all
 from ..tools.config import environment_policy
-from ..tools.render import unsent_note
+from ..tools.render import not_ended_note, unsent_note
 from ..vocabulary import max_result_bytes_problem, signal_name, wait_seconds_problem
 from .display import TermResult, footer_html, footer_text, visible_controls
 
@@ -525,7 +525,7 @@ class TerminalMagics(Magics):
         results = [self._call("terminal_close", {"sessionId": sid}, owner) for sid in ids]
         if not results:
             return None
-        text = "\n".join(f"{r.outcome} {r.session_id}" for r in results)
+        text = "\n".join(" - ".join([f"{r.outcome} {r.session_id}", *not_ended_note(r.not_ended)]) for r in results)
         return TermResult(results[-1], text)
 
     @magic_arguments()

@@ -126,8 +126,10 @@ async def terminal_signal(ctx: ToolContext, a: SignalArgs, agent: Agent) -> Sign
 
 
 async def terminal_close(ctx: ToolContext, a: CloseArgs, agent: Agent) -> CloseResult:
+    session = ctx.manager.session(agent, a.session_id)
     closed = await ctx.manager.close(agent, a.session_id)
-    return CloseResult(session_id=a.session_id, outcome="closed" if closed else "already-closing")
+    return CloseResult(session_id=a.session_id, outcome="closed" if closed else "already-closing",
+                       not_ended=session.left_running or None)
 
 
 async def terminal_list(ctx: ToolContext, a: ListArgs, agent: Agent) -> SessionList:

@@ -243,6 +243,9 @@ class SignalResult(_Result):
 class CloseResult(_Result):
     session_id: str = Field(alias="sessionId")
     outcome: Literal["closed", "already-closing"]
+    #: An extra beyond the seed, present only when it says something: pids of the session's processes the
+    #: kernel may not signal (another user's, started with ``sudo``), left running.
+    not_ended: Optional[list[int]] = Field(None, alias="notEnded", exclude_if=lambda v: v is None)
 
 
 class SessionEntry(_Result):

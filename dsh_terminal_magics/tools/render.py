@@ -89,6 +89,14 @@ def unsent_note(unsent: int) -> str:
             "discard a cut line (or C-c to drop what is left) before sending more")
 
 
+def not_ended_note(pids: Sequence[int] | None) -> list[str]:
+    """The line a close adds for processes it could not end (none when there are none)."""
+    if not pids:
+        return []
+    return [f"not ended: pid {', '.join(map(str, pids))} - another user's processes (started with sudo?), which "
+            "the kernel may not signal: they keep running; end them as that user (sudo kill PID)"]
+
+
 def job_meta(job_id: str, status: str, detail: str | None) -> list[str]:
     """The metadata items of a job read."""
     meta = [f"[job: {job_id}]", f"[status: {status}]"]
@@ -144,7 +152,8 @@ _RENDERERS: dict[type, Callable[[Any, int], str]] = {
     ReadResult: lambda r, cap: render_capped([lines_meta(r.line_begin, r.line_end, r.total_lines)], r.text, cap,
                                              keep_tail=True, cut=r.truncated),
     SignalResult: lambda r, cap: render_capped([f"delivered: true targetPgid: {r.target_pgid}"], "", cap),
-    CloseResult: lambda r, cap: render_capped([f"sessionId: {r.session_id}", f"outcome: {r.outcome}"], "", cap),
+    CloseResult: lambda r, cap: render_capped([f"sessionId: {r.session_id}", f"outcome: {r.outcome}",
+                                               *not_ended_note(r.not_ended)], "", cap),
     SessionList: lambda r, cap: render_capped([f"[sessions: {len(r.root)}]"],
                                               "\n".join(_session_line(s) for s in r.root), cap),
     JobOutputResult: lambda r, cap: render_capped(job_meta(r.job_id, r.status, r.detail), r.output, cap,

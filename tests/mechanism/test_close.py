@@ -193,6 +193,36 @@ def test_the_watchdog_script_sweeps_what_carries_its_token():
             dog.stderr.close()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process needs root")
+def test_the_watchdog_does_not_wait_for_what_it_may_not_signal():
+    """A watchdog that may not signal a process carrying its token (another user's, run with ``sudo``, which
+    kept the environment) waited out its whole 10-second deadline for it, and the kernel's exit waited for the
+    watchdog.  It ends what it may end and exits at once (here: root without ``CAP_KILL``, and ``nobody``)."""
+    import subprocess
+    import sys
+
+    from dsh_terminal_magics.mechanism import watchdog
+    from dsh_terminal_magics.mechanism.process_tree import SESSION_TOKEN_ENV
+
+    token = f"wd.{os.getpid()}.{time.monotonic_ns()}"
+    env = {**os.environ, SESSION_TOKEN_ENV: token}
+    ours = subprocess.Popen(["sleep", "1000"], env=env)
+    other = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "1000"], env=env)
+    dog = subprocess.Popen(["setpriv", "--inh-caps=-kill", "--bounding-set=-kill", sys.executable, "-S",
+                            watchdog.__file__, token], stdin=subprocess.PIPE)
+    try:
+        wait_for(lambda: "sleep" in open(f"/proc/{other.pid}/comm").read())  # (nobody's by now)
+        assert dog.stdin is not None
+        dog.stdin.close()
+        assert dog.wait(timeout=5) == 0  # (it waited 10 s for the other one)
+        assert ours.wait(timeout=30) == -9 and other.poll() is None
+    finally:
+        for proc in (ours, other, dog):
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 @pytest.mark.parametrize("containment", ["tracking", "namespace"])
 def test_a_process_held_in_the_kernel_after_sigkill_does_not_hold_the_close(tmp_path, containment):
     """A read from a file system that stopped answering (a dead sshfs) holds the reader in the kernel - after a
@@ -221,3 +251,51 @@ def test_a_process_held_in_the_kernel_after_sigkill_does_not_hold_the_close(tmp_
     finally:
         mount.abort()
         tools.shutdown()
+
+
+#: A kernel that may not signal another user's processes (a user's kernel and a command run with sudo): its session
+#: starts one (as ``nobody``) and one of its own, and closes; it prints the close's result and the pids.
+KERNEL_WITHOUT_KILL = r"""
+import json, re, sys, time
+from dsh_terminal_magics import Agent, TerminalTools
+from dsh_terminal_magics.tools import result_text
+tools = TerminalTools(config={"containment": "tracking"})
+agent = Agent("closer")
+sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+started = tools.call("terminal_send", {"sessionId": sid, "text":
+    "setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000 & echo OTHER=$!; "
+    "sleep 1000 & echo OURS=$!"}, agent=agent).viewport
+other = re.search(r"OTHER=(\d+)", started).group(1)
+while "sleep" not in open(f"/proc/{other}/comm").read():  # (setpriv has made it nobody's and run sleep)
+    time.sleep(0.01)
+began = time.monotonic()
+closed = tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+print(json.dumps({"pids": dict(re.findall(r"(OTHER|OURS)=(\d+)", started)), "seconds": time.monotonic() - began,
+                  "result": closed.model_dump(by_alias=True),
+                  "text": result_text(closed, 4096)}))
+tools.shutdown()
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process in a session needs root")
+def test_a_process_the_kernel_may_not_signal_is_reported_not_waited_for(tmp_path):
+    """A user's kernel may not signal what a session ran with ``sudo`` (another user's process): close waited for
+    it for ever (a kernel shutdown too).  Now it ends the rest, returns, and names what it could not end.  Here the
+    kernel is root without ``CAP_KILL``, and the process runs as ``nobody``: the same refusal."""
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "kernel.py"
+    script.write_text(KERNEL_WITHOUT_KILL)
+    done = subprocess.run(["setpriv", "--inh-caps=-kill", "--bounding-set=-kill", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    seen = json.loads(done.stdout) if done.returncode == 0 else None
+    assert seen is not None, done.stderr[-2000:]
+    other, ours = int(seen["pids"]["OTHER"]), int(seen["pids"]["OURS"])
+    try:
+        assert seen["result"]["outcome"] == "closed" and seen["result"]["notEnded"] == [other], seen
+        assert f"not ended: pid {other} - another user's processes" in seen["text"], seen["text"]
+        assert read_stat(other) is not None and read_stat(ours) is None, seen  # (ours ended, the other runs)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(other, 9)
