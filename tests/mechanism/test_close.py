@@ -254,9 +254,11 @@ def test_a_process_held_in_the_kernel_after_sigkill_does_not_hold_the_close(tmp_
 
 
 #: A kernel that may not signal another user's processes (a user's kernel and a command run with sudo): its session
-#: starts one (as ``nobody``) and one of its own, and closes; it prints the close's result and the pids.
+#: starts one (as ``nobody``) and one of its own, and closes; it prints the close's result and the pids, and once
+#: told (a line on stdin: the test killed the other one), reaps the other one - a subreaper, it was its orphan.
 KERNEL_WITHOUT_KILL = r"""
-import json, re, sys, time
+import ctypes, json, os, re, sys, time
+ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the orphan comes here
 from dsh_terminal_magics import Agent, TerminalTools
 from dsh_terminal_magics.tools import result_text
 tools = TerminalTools(config={"containment": "tracking"})
@@ -265,15 +267,15 @@ sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
 started = tools.call("terminal_send", {"sessionId": sid, "text":
     "setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000 & echo OTHER=$!; "
     "sleep 1000 & echo OURS=$!"}, agent=agent).viewport
-other = re.search(r"OTHER=(\d+)", started).group(1)
-while "sleep" not in open(f"/proc/{other}/comm").read():  # (setpriv has made it nobody's and run sleep)
+pids = dict(re.findall(r"(OTHER|OURS)=(\d+)", started))
+while "sleep" not in open(f"/proc/{pids['OTHER']}/comm").read():  # (setpriv has made it nobody's, run sleep)
     time.sleep(0.01)
-began = time.monotonic()
 closed = tools.call("terminal_close", {"sessionId": sid}, agent=agent)
-print(json.dumps({"pids": dict(re.findall(r"(OTHER|OURS)=(\d+)", started)), "seconds": time.monotonic() - began,
-                  "result": closed.model_dump(by_alias=True),
-                  "text": result_text(closed, 4096)}))
 tools.shutdown()
+print(json.dumps({"pids": pids, "result": closed.model_dump(by_alias=True), "text": result_text(closed, 4096)}),
+      flush=True)
+sys.stdin.readline()
+os.waitpid(int(pids["OTHER"]), 0)
 """
 
 
@@ -287,15 +289,27 @@ def test_a_process_the_kernel_may_not_signal_is_reported_not_waited_for(tmp_path
     import sys
     script = tmp_path / "kernel.py"
     script.write_text(KERNEL_WITHOUT_KILL)
-    done = subprocess.run(["setpriv", "--inh-caps=-kill", "--bounding-set=-kill", sys.executable, str(script)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    seen = json.loads(done.stdout) if done.returncode == 0 else None
-    assert seen is not None, done.stderr[-2000:]
-    other, ours = int(seen["pids"]["OTHER"]), int(seen["pids"]["OURS"])
+    kernel = subprocess.Popen(["setpriv", "--inh-caps=-kill", "--bounding-set=-kill", sys.executable, str(script)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert kernel.stdin is not None and kernel.stdout is not None
+    other = None
     try:
+        seen = json.loads(kernel.stdout.readline() or "null")
+        assert seen is not None, "the kernel's close did not return"
+        other, ours = int(seen["pids"]["OTHER"]), int(seen["pids"]["OURS"])
         assert seen["result"]["outcome"] == "closed" and seen["result"]["notEnded"] == [other], seen
         assert f"not ended: pid {other} - another user's processes" in seen["text"], seen["text"]
-        assert read_stat(other) is not None and read_stat(ours) is None, seen  # (ours ended, the other runs)
+        assert is_alive(ProcessId(other, read_stat(other).start_time)), seen  # (the other one runs on)
+        assert read_stat(ours) is None, seen  # (ours ended)
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(other, 9)
+        if other is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(other, 9)
+        kernel.stdin.close()
+        try:
+            kernel.wait(timeout=30)
+        finally:
+            if kernel.poll() is None:
+                kernel.kill()
+                kernel.wait()
+        kernel.stdout.close()
