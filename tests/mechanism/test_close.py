@@ -313,3 +313,40 @@ def test_a_process_the_kernel_may_not_signal_is_reported_not_waited_for(tmp_path
                 kernel.kill()
                 kernel.wait()
         kernel.stdout.close()
+
+
+KERNEL_SIGNALLING_ANOTHER_USER = r"""
+import json
+from dsh_terminal_magics import Agent, TerminalTools
+tools = TerminalTools(config={"containment": "tracking"})
+agent = Agent("signaller")
+sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+seen = {}
+try:
+    tools.call("terminal_send", {"sessionId": sid, "text": "setpriv --reuid=65534 --regid=65534 --clear-groups "
+               "sleep 1000", "timeout": 0.5}, agent=agent)
+    seen["signal"] = tools.call_text("terminal_signal", {"sessionId": sid, "signal": "SIGTERM"}, agent=agent)
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "", "keys": ["C-c"]}, agent=agent)
+    seen["key"] = [r.wait_reason, r.exit_code]
+finally:
+    tools.shutdown()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process in a session needs root")
+def test_a_signal_the_kernel_may_not_send_says_which_keys_reach_the_program(tmp_path):
+    """``terminal_signal`` to a foreground group of another user's (``sudo``'s command run as root, seen from a
+    user's kernel) said the command "may have just ended".  It says the kernel may not signal it and which of the
+    terminal's keys reach it - and the key does."""
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "kernel.py"
+    script.write_text(KERNEL_SIGNALLING_ANOTHER_USER)
+    done = subprocess.run(["setpriv", "--inh-caps=-kill", "--bounding-set=-kill", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    assert "may not signal process group" in seen["signal"] and "send the key C-c" in seen["signal"], seen
+    assert seen["key"] == ["stdin_read", 130], seen
