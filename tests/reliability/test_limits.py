@@ -433,3 +433,71 @@ def test_a_recording_path_in_a_hung_mount_fails_in_time(hung_mount, monkeypatch)
         assert r.wait_reason == "stdin_read"
     finally:
         tools.shutdown()
+
+
+def _memory_cgroup() -> tuple[str, str, str] | None:
+    """Where a memory-limited cgroup can be made for a test: (the parent directory, the limit file's name, the
+    swap setting's name) - cgroup v1's memory controller or v2's - or None (not root, no memory controller)."""
+    if os.geteuid() != 0:
+        return None
+    with open("/proc/self/cgroup") as f:
+        lines = [line.rstrip("\n").split(":", 2) for line in f]
+    for _, controllers, path in lines:
+        if "memory" in controllers.split(","):
+            base = "/sys/fs/cgroup/memory" + path
+            if os.path.isdir(base):
+                return base, "memory.limit_in_bytes", "memory.swappiness"
+    for _, controllers, path in lines:
+        base = "/sys/fs/cgroup" + path
+        if controllers == "" and os.path.exists(base + "/cgroup.controllers"):
+            with open(base + "/cgroup.controllers") as f:
+                if "memory" in f.read().split():
+                    return base, "memory.max", "memory.swap.max"
+    return None
+
+
+#: A kernel holding 150 MB of state, whose agent's session starts forty 20 MB processes at once.
+KERNEL_UNDER_MEMORY_PRESSURE = textwrap.dedent("""
+    import sys
+    state = bytearray(150 * 2**20)
+    for i in range(0, len(state), 4096):
+        state[i] = 1
+    from dsh_terminal_magics import Agent, TerminalTools
+    tools, agent = TerminalTools(config={"containment": sys.argv[1]}), Agent("hog")
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    hog = "import time; b = bytearray(20 * 2**20); b[::4096] = b'1' * len(b[::4096]); time.sleep(3)"
+    r = tools.call("terminal_send", {"sessionId": sid, "text": f"for i in $(seq 40); do python3 -c '{hog}' & done; "
+                   "wait; echo hogs-done", "timeout": 60}, agent=agent)
+    print(r.viewport.count("Killed"), "killed;", "hogs-done" in r.viewport, flush=True)
+    tools.shutdown()
+    print("the kernel lived", flush=True)
+""")
+
+
+@pytest.mark.skipif(_memory_cgroup() is None, reason="needs root and a memory cgroup controller")
+@pytest.mark.parametrize("containment", ["auto", "tracking"])
+def test_when_memory_runs_out_a_sessions_process_goes_before_the_kernel(tmp_path, containment):
+    """The out-of-memory killer takes the process with the most memory: a session that started forty 20 MB
+    processes in a 400 MB memory cgroup got the kernel killed (150 MB of notebook state) - and with it every
+    session.  A session's processes now go first (``oom_score_adj`` 1000)."""
+    parent, limit, swap = _memory_cgroup()  # type: ignore[misc]
+    group = os.path.join(parent, f"dsh-oom-test-{os.getpid()}-{containment}")
+    os.mkdir(group)
+    try:
+        with open(os.path.join(group, limit), "w") as f:
+            f.write(str(400 * 2**20))
+        if os.path.exists(os.path.join(group, swap)):
+            with open(os.path.join(group, swap), "w") as f:
+                f.write("0")
+        script = tmp_path / "kernel.py"
+        script.write_text(KERNEL_UNDER_MEMORY_PRESSURE)
+        done = subprocess.run(["sh", "-c", 'echo $$ > "$1"/cgroup.procs && exec "$2" "$3" "$4"', "sh", group,
+                               sys.executable, str(script), containment],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0 and "the kernel lived" in done.stdout, (done.returncode, done.stdout,
+                                                                            done.stderr[-1500:])
+        killed = int(done.stdout.split()[0])
+        assert killed >= 1 and "True" in done.stdout, done.stdout  # (the hogs went; the shell went on)
+    finally:
+        wait_for(lambda: not open(os.path.join(group, "cgroup.procs")).read().strip())
+        os.rmdir(group)
