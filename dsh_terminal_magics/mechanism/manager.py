@@ -240,9 +240,11 @@ class SessionManager:
                 # the python session's sh) it would not (see Session.wake_program), so it is voided here alike.
                 os.killpg(pgid, signal_module.SIGCONT)
         except PermissionError:
-            raise TerminalError(f"may not signal process group {pgid}: it runs as another user (sudo, su); the "
-                                "terminal's own keys reach it: send the key C-c (SIGINT), C-\\ (SIGQUIT) or "
-                                "C-z (SIGTSTP), or end it as that user") from None
+            if name == "SIGINT" and session.type_interrupt_key():
+                return pgid  # (the terminal delivers its interrupt key's signal to another user's group too)
+            raise TerminalError(f"may not signal process group {pgid}: it runs as another user (sudo, su); while "
+                                "the terminal makes signals of keys, its keys reach it: send the key C-c (SIGINT), "
+                                "C-\\ (SIGQUIT) or C-z (SIGTSTP); else end it as that user") from None
         except OSError as exc:
             raise SessionNotRunningError(f"could not signal process group {pgid}: {exc.strerror}; "
                                          "the command may have just ended - read the session and try again")

@@ -316,18 +316,23 @@ def test_a_process_the_kernel_may_not_signal_is_reported_not_waited_for(tmp_path
 
 
 KERNEL_SIGNALLING_ANOTHER_USER = r"""
-import json
+import json, re, time
 from dsh_terminal_magics import Agent, TerminalTools
 tools = TerminalTools(config={"containment": "tracking"})
 agent = Agent("signaller")
 sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
 seen = {}
 try:
-    tools.call("terminal_send", {"sessionId": sid, "text": "setpriv --reuid=65534 --regid=65534 --clear-groups "
-               "sleep 1000", "timeout": 0.5}, agent=agent)
+    started = tools.call("terminal_send", {"sessionId": sid, "text": "setpriv --reuid=65534 --regid=65534 "
+                         "--clear-groups sh -c 'echo PID=$$; exec sleep 1000'", "timeout": 0.5}, agent=agent)
+    pid = re.search(r"PID=(\d+)", started.viewport or tools.call("terminal_read", {"sessionId": sid},
+                                                                 agent=agent).text).group(1)
+    while "sleep" not in open(f"/proc/{pid}/comm").read():  # (nobody's, and asleep)
+        time.sleep(0.01)
     seen["signal"] = tools.call_text("terminal_signal", {"sessionId": sid, "signal": "SIGTERM"}, agent=agent)
-    r = tools.call("terminal_send", {"sessionId": sid, "text": "", "keys": ["C-c"]}, agent=agent)
-    seen["key"] = [r.wait_reason, r.exit_code]
+    seen["interrupt"] = tools.call_text("terminal_signal", {"sessionId": sid, "signal": "SIGINT"}, agent=agent)
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "echo status-$?"}, agent=agent)
+    seen["after"] = [r.wait_reason, "status-130" in r.viewport]
 finally:
     tools.shutdown()
 print(json.dumps(seen))
@@ -337,8 +342,9 @@ print(json.dumps(seen))
 @pytest.mark.skipif(os.geteuid() != 0, reason="starting another user's process in a session needs root")
 def test_a_signal_the_kernel_may_not_send_says_which_keys_reach_the_program(tmp_path):
     """``terminal_signal`` to a foreground group of another user's (``sudo``'s command run as root, seen from a
-    user's kernel) said the command "may have just ended".  It says the kernel may not signal it and which of the
-    terminal's keys reach it - and the key does."""
+    user's kernel) failed saying the command "may have just ended".  ``SIGINT`` now goes as the terminal's
+    interrupt key (the terminal signals whoever has it); another signal says the kernel may not send it and
+    which of the terminal's keys reach the program."""
     import json
     import subprocess
     import sys
@@ -349,4 +355,5 @@ def test_a_signal_the_kernel_may_not_send_says_which_keys_reach_the_program(tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout)
     assert "may not signal process group" in seen["signal"] and "send the key C-c" in seen["signal"], seen
-    assert seen["key"] == ["stdin_read", 130], seen
+    assert seen["interrupt"].startswith("delivered: true"), seen
+    assert seen["after"] == ["stdin_read", True], seen  # (the sleep was interrupted)
