@@ -18,6 +18,7 @@ import atexit
 import os
 import secrets
 import signal as signal_module
+import warnings
 import weakref
 from dataclasses import dataclass
 from typing import Callable
@@ -304,13 +305,13 @@ class SessionManager:
         return [s.snapshot() for s in self._sessions.values() if s.owner is owner and s.child is not None]
 
     async def close_owner(self, owner: object) -> None:
-        """Close every session of ``owner``."""
-        await self._close([s for s in self._sessions.values() if s.owner is owner])
+        """Close every session of ``owner`` (warning of processes left, see :func:`_warn_of_left_running`)."""
+        _warn_of_left_running(await self._close([s for s in self._sessions.values() if s.owner is owner]))
 
     async def shutdown(self) -> None:
         """Close every session of every owner; the manager accepts no new sessions."""
         self._closed = True
-        await self._close(builtins.list(self._sessions.values()))
+        _warn_of_left_running(await self._close(builtins.list(self._sessions.values())))
 
     async def _close(self, sessions: builtins.list[Session]) -> builtins.list[Session]:
         """Close ``sessions`` together; returns those this call closed (the rest were already closing)."""
@@ -328,6 +329,16 @@ class SessionManager:
         for waiter in already:
             await asyncio.shield(waiter)  # type: ignore[arg-type]
         return fresh
+
+
+def _warn_of_left_running(sessions: builtins.list[Session]) -> None:
+    """Closes that name nobody (a shutdown, an ``Agent`` leaving its ``with``) say what they could not end: another
+    user's processes, which this process may not signal (see ``TreeToEnd.beyond_reach``)."""
+    left = [(s.session_id, pid) for s in sessions for pid in s.left_running]
+    if left:
+        warnings.warn("terminal sessions closed, but these processes of theirs run on - another user's (started "
+                      "with sudo?), which this process may not signal; end them as that user: "
+                      + ", ".join(f"pid {pid} ({sid})" for sid, pid in left), RuntimeWarning, stacklevel=1)
 
 
 async def _open_recording_in_time(path: str, *args: object) -> CastRecorder:

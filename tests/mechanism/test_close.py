@@ -271,11 +271,18 @@ pids = dict(re.findall(r"(OTHER|OURS)=(\d+)", started))
 while "sleep" not in open(f"/proc/{pids['OTHER']}/comm").read():  # (setpriv has made it nobody's, run sleep)
     time.sleep(0.01)
 closed = tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id  # (closed by the shutdown)
+again = tools.call("terminal_send", {"sessionId": sid, "text":
+    "setpriv --reuid=65534 --regid=65534 --clear-groups sleep 1000 & echo AGAIN=$!"}, agent=agent).viewport
+pids["AGAIN"] = re.search(r"AGAIN=(\d+)", again).group(1)
+while "sleep" not in open(f"/proc/{pids['AGAIN']}/comm").read():
+    time.sleep(0.01)
 tools.shutdown()
 print(json.dumps({"pids": pids, "result": closed.model_dump(by_alias=True), "text": result_text(closed, 4096)}),
       flush=True)
 sys.stdin.readline()
 os.waitpid(int(pids["OTHER"]), 0)
+os.waitpid(int(pids["AGAIN"]), 0)
 """
 
 
@@ -290,21 +297,23 @@ def test_a_process_the_kernel_may_not_signal_is_reported_not_waited_for(tmp_path
     script = tmp_path / "kernel.py"
     script.write_text(KERNEL_WITHOUT_KILL)
     kernel = subprocess.Popen(["setpriv", "--inh-caps=-kill", "--bounding-set=-kill", sys.executable, str(script)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
-    assert kernel.stdin is not None and kernel.stdout is not None
-    other = None
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=tmp_path)
+    assert kernel.stdin is not None and kernel.stdout is not None and kernel.stderr is not None
+    other = again = None
     try:
         seen = json.loads(kernel.stdout.readline() or "null")
         assert seen is not None, "the kernel's close did not return"
-        other, ours = int(seen["pids"]["OTHER"]), int(seen["pids"]["OURS"])
+        other, ours, again = int(seen["pids"]["OTHER"]), int(seen["pids"]["OURS"]), int(seen["pids"]["AGAIN"])
         assert seen["result"]["outcome"] == "closed" and seen["result"]["notEnded"] == [other], seen
         assert f"not ended: pid {other} - another user's processes" in seen["text"], seen["text"]
         assert is_alive(ProcessId(other, read_stat(other).start_time)), seen  # (the other one runs on)
         assert read_stat(ours) is None, seen  # (ours ended)
     finally:
-        if other is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(other, 9)
+        for pid in (other, again):
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, 9)
         kernel.stdin.close()
         try:
             kernel.wait(timeout=30)
@@ -313,6 +322,10 @@ def test_a_process_the_kernel_may_not_signal_is_reported_not_waited_for(tmp_path
                 kernel.kill()
                 kernel.wait()
         kernel.stdout.close()
+        warned = kernel.stderr.read()
+        kernel.stderr.close()
+    # (the shutdown, which names nobody, warned of the one it left)
+    assert "processes of theirs run on" in warned and f"pid {again} " in warned, warned
 
 
 KERNEL_SIGNALLING_ANOTHER_USER = r"""
