@@ -185,6 +185,8 @@ class ReadinessProbe:
         #: ``syscall`` lines ("stopped": stopped), and the processes with a thread waiting on the tty.
         self._other_waits: dict[tuple[int, int], str] = {}
         self._tty_waiters: set[int] = set()
+        #: Processes with a thread asleep whose wait the check may not read (see :meth:`_asks_for_a_secret`).
+        self._unseen: set[int] = set()
         #: Whether the last check found the program itself stopped by a signal (``T``: C-z, ``SIGSTOP``; not a
         #: tracer's stop) - with nothing above it in the session to continue it (see :meth:`Session.wake_program`).
         self.program_stopped = False
@@ -408,7 +410,7 @@ class ReadinessProbe:
         self._relayed = []
         self._outside = []
         self.tty_readers = []
-        self._other_waits, self._tty_waiters = {}, set()
+        self._other_waits, self._tty_waiters, self._unseen = {}, set(), set()
         self.program_stopped = False
         self.handed_on = False
         self.timer_due = 0.0
@@ -748,6 +750,8 @@ class ReadinessProbe:
             return "busy"
         if not found:
             return None
+        if "unseen" in found and not ("tty" in found and self._unseen_wait_for_readers()):
+            return "busy"
         if "stale" in found:
             return "busy" if "tty" in found else "stale"
         if "tty" in found:
@@ -858,7 +862,7 @@ class ReadinessProbe:
             return "running"
         syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
         if syscall is None and not self._asks_for_a_secret():
-            return "busy"
+            return self._unseen_state(pid, tid, before, sample)
         timeout_before, self._masters, self._sockets = self._timeout, [], []
         # (a wait we may not look into, on a terminal set to take a secret: a read of it, see _asks_for_a_secret)
         waits_on_tty = self._waits_on_tty(pid, syscall) if syscall is not None else self._waiting(math.inf)
@@ -895,6 +899,33 @@ class ReadinessProbe:
         if fresh:
             self.tty_readers.append(pid)
         return "tty" if fresh else "stale"
+
+    def _unseen_state(self, pid: int, tid: int, before: bytes, sample: dict[tuple[int, int], bytes]) -> str:
+        """The state of an asleep thread whose wait we may not read (see :meth:`_asks_for_a_secret`), not on a
+        terminal set for a secret: ``"unseen"``, which the group's state counts as busy unless a process it
+        started reads the tty (see :meth:`_unseen_wait_for_readers`); ``"running"`` if it ran meanwhile."""
+        after = self._schedstat(pid, tid)
+        if after is None or after != before:
+            return "running"
+        sample[(pid, tid)] = after
+        self._unseen.add(pid)
+        return "unseen"
+
+    def _unseen_wait_for_readers(self) -> bool:
+        """Whether every process of the group whose wait we may not read has a fresh reader of the tty among
+        the processes it started: it waits for that one, most likely - ``su user -c cmd``, ``crontab -e``,
+        ``sudoedit`` (setuid or setgid, unseen by a user's kernel) wait for the command or editor they ran,
+        which asks.  (A parent that works meanwhile is on a CPU, or runs between our samples: not asleep.)"""
+        above: set[int] = set()
+        for reader in self.tty_readers:
+            pid = reader
+            for _ in range(MAX_RELAY_DEPTH * 4):
+                stat = self._stat(pid)
+                if stat is None or stat.ppid <= 1:
+                    break
+                pid = stat.ppid
+                above.add(pid)
+        return self._unseen <= above
 
     def _asks_for_a_secret(self) -> bool:
         """Whether our terminal is set the way a password prompt sets it: lines, echo off.

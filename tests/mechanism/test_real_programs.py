@@ -187,6 +187,59 @@ def test_a_password_prompt_the_kernel_may_not_look_into_is_a_prompt(tmp_path):
     assert "next-42" in seen["next"]["viewport"] and seen["next"]["reason"] == "stdin_read", seen["next"]
 
 
+#: A kernel without ``CAP_SYS_PTRACE`` or the file-permission overrides, whose shell runs a shell it may not read
+#: (execute-only: non-dumpable, its ``syscall`` file closed to the kernel) that runs a program that asks.
+KERNEL_WITH_AN_UNSEEN_PARENT = r"""
+import json, sys, time
+from dsh_terminal_magics import Agent, TerminalTools
+tools = TerminalTools(config={"containment": "tracking"})
+agent = Agent("unseen")
+sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+
+def send(text):
+    started = time.monotonic()
+    r = tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 10}, agent=agent)
+    return {"reason": r.wait_reason, "viewport": r.viewport, "seconds": time.monotonic() - started}
+
+seen = {}
+try:
+    asks = 'python3 -c "print(input(chr(113) + chr(63)))"'
+    seen["asked"] = send(sys.argv[1] + " -c '" + asks + "; echo asked-$?'")
+    seen["answered"] = send("fine")
+    seen["slept"] = send(sys.argv[1] + " -c 'sleep 1.5; echo slept-$?'")
+finally:
+    tools.shutdown()
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a kernel without the file-permission overrides is made from root")
+def test_a_command_a_parent_the_kernel_may_not_look_into_waits_for_is_seen_asking(tmp_path):
+    """``crontab -e`` (setgid) and ``sudoedit`` (setuid) wait for the editor they ran, as the user: a user's
+    kernel may not read the parent's wait, and the whole group counted as busy - each key to the editor came
+    back after the idle window as ``inferred_idle``.  A parent we may not look into, asleep, counts as waiting
+    for the fresh reader of the tty it started; without one it is still busy (``sleep`` under it is waited
+    out).  Here the parent is a shell the kernel may not read (an execute-only copy: non-dumpable)."""
+    import json
+    import subprocess
+    import sys
+    shell = tmp_path / "unreadable-sh"
+    shutil.copy("/bin/sh", shell)
+    shell.chmod(0o111)
+    script = tmp_path / "kernel.py"
+    script.write_text(KERNEL_WITH_AN_UNSEEN_PARENT)
+    drop = "-sys_ptrace,-dac_override,-dac_read_search"
+    done = subprocess.run(["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", sys.executable, str(script),
+                           str(shell)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    asked, answered, slept = seen["asked"], seen["answered"], seen["slept"]
+    assert asked["reason"] == "stdin_read" and asked["viewport"].endswith("q?"), asked
+    assert asked["seconds"] < PROMPT_WITHIN, asked
+    assert answered["reason"] == "stdin_read" and "asked-0" in answered["viewport"], answered
+    assert slept["reason"] == "stdin_read" and "slept-0" in slept["viewport"] and slept["seconds"] >= 1.5, slept
+
+
 def test_setsid_w_runs_its_program_in_a_session_of_its_own(term):
     """``setsid -w``'s program has no controlling terminal but reads ours on fd 0; ``setsid`` waits in
     ``wait4``.  The read is seen as soon as it starts, also after the program slept (it was seen only at the
