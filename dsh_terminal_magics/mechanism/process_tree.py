@@ -316,14 +316,19 @@ def is_alive(ident: ProcessId) -> bool:
     return stat is not None and stat.start_time == ident.start_time and not stat.gone
 
 
-def send_signal(ident: ProcessId, sig: int) -> bool:
-    """Signal ``ident`` only if its pid still names the same process."""
+def send_signal(ident: ProcessId, sig: int, refused: set[ProcessId] | None = None) -> bool:
+    """Signal ``ident`` only if its pid still names the same process; one we may not signal (another user's)
+    is added to ``refused``."""
     stat = read_stat(ident.pid)
     if stat is None or stat.start_time != ident.start_time:
         return False
     try:
         os.kill(ident.pid, sig)
-    except (ProcessLookupError, PermissionError):
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        if refused is not None:
+            refused.add(ident)
         return False
     return True
 
@@ -418,17 +423,7 @@ class TreeToEnd:
 
     def signal(self, ident: ProcessId, sig: int) -> bool:
         """:func:`send_signal` to a member; one we may not signal is noted in :attr:`beyond_reach`."""
-        stat = read_stat(ident.pid)
-        if stat is None or stat.start_time != ident.start_time:
-            return False
-        try:
-            os.kill(ident.pid, sig)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            self.beyond_reach.add(ident)
-            return False
-        return True
+        return send_signal(ident, sig, self.beyond_reach)
 
     def out_of_reach_alive(self) -> list[int]:
         """Pids of the members beyond reach still running (after the close: what it left)."""

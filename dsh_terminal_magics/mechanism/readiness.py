@@ -87,6 +87,8 @@ MIN_WATCHED_SLEEP = 0.05
 _UNSETTLED = b""
 #: A PTY master as ``/proc/PID/fd`` links show it: waiting on one and on our tty makes a thread a relay.
 _PTY_MASTERS = ("/dev/ptmx", "/dev/pts/ptmx")
+#: Parents followed up from a reader of the tty, looking for the unseen processes of its group it runs under.
+MAX_PARENTS_FOLLOWED = 16
 #: Relays inside relays followed (``sudo`` inside ``script``), and processes looked at under one relay.
 MAX_RELAY_DEPTH = 3
 MAX_RELAY_PROCESSES = 256
@@ -913,13 +915,13 @@ class ReadinessProbe:
 
     def _unseen_wait_for_readers(self) -> bool:
         """Whether every process of the group whose wait we may not read has a fresh reader of the tty among
-        the processes it started: it waits for that one, most likely - ``su user -c cmd``, ``crontab -e``,
-        ``sudoedit`` (setuid or setgid, unseen by a user's kernel) wait for the command or editor they ran,
-        which asks.  (A parent that works meanwhile is on a CPU, or runs between our samples: not asleep.)"""
+        the processes it started: it waits for that one, most likely - ``crontab -e`` and ``sudoedit`` (setgid,
+        setuid: unseen by a user's kernel) wait for the editor they ran as the user, which asks.  (A parent
+        that works meanwhile is on a CPU, or runs between our samples: not asleep.)"""
         above: set[int] = set()
         for reader in self.tty_readers:
             pid = reader
-            for _ in range(MAX_RELAY_DEPTH * 4):
+            for _ in range(MAX_PARENTS_FOLLOWED):
                 stat = self._stat(pid)
                 if stat is None or stat.ppid <= 1:
                     break
