@@ -847,6 +847,8 @@ class ReadinessProbe:
         """
         before = self._schedstat(pid, tid)
         if before is None:
+            if pid == tid == self._leader_pid:
+                self._blind_to_the_program(f"/proc/{pid}/task/{tid}/schedstat")  # (gVisor has none)
             return None
         sample = self._last_sample[1] if self._last_sample is not None else {}
         sample[(pid, tid)] = _UNSETTLED
@@ -864,6 +866,8 @@ class ReadinessProbe:
             return "running"
         syscall = self._text(f"/proc/{pid}/task/{tid}/syscall")
         if syscall is None and not self._asks_for_a_secret():
+            if pid == tid == self._leader_pid:
+                self._blind_to_the_program(f"/proc/{pid}/task/{tid}/syscall")
             return self._unseen_state(pid, tid, before, sample)
         timeout_before, self._masters, self._sockets = self._timeout, [], []
         # (a wait we may not look into, on a terminal set to take a secret: a read of it, see _asks_for_a_secret)
@@ -901,6 +905,24 @@ class ReadinessProbe:
         if fresh:
             self.tty_readers.append(pid)
         return "tty" if fresh else "stale"
+
+    def _blind_to_the_program(self, path: str) -> None:
+        """Stop looking if the session's own program's ``path`` (its ``syscall`` or ``schedstat`` file, which a
+        look could not read) is closed to us while the program is there: Yama's ``ptrace_scope`` 2 or 3 refuses
+        it, gVisor's ``/proc`` has neither file.  Every look would find the program busy and every send end on
+        the idle window; from now on the shell's exit-code marker tells, as where there is no ``/proc``.  (Any
+        other failure - out of file descriptors - or a program gone meanwhile changes nothing.)"""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.read(fd, 64)
+            finally:
+                os.close(fd)
+        except (PermissionError, FileNotFoundError):
+            if self._stat(self._leader_pid) is not None:
+                self.available = False
+        except OSError:
+            pass
 
     def _unseen_state(self, pid: int, tid: int, before: bytes, sample: dict[tuple[int, int], bytes]) -> str:
         """The state of an asleep thread whose wait we may not read (see :meth:`_asks_for_a_secret`), not on a

@@ -436,6 +436,70 @@ def test_marker_fallback_without_proc(manager, agent, shell, monkeypatch):
     assert (r.wait_reason, r.exit_code) == ("stdin_read", 0)
 
 
+#: A kernel that prints its shell's pid, waits until the test has closed that shell's ``syscall`` file to it, and
+#: sends two commands.  It keeps no ``/proc`` file open (a file opened before the mount would still read).
+KERNEL_BLIND_TO_ITS_SHELL = r"""
+import json, sys, time
+from dsh_terminal_magics import Agent, TerminalTools
+from dsh_terminal_magics.mechanism import process_tree
+process_tree.PROC_FILES_BUDGET = 0  # (every /proc file read by its path: one kept open would pass the mount by)
+tools = TerminalTools(config={"containment": "tracking"})
+agent = Agent("blind")
+opened = tools.call("terminal_open", {"type": "shell"}, agent=agent)
+print(opened.pid, flush=True)
+sys.stdin.readline()
+
+def send(text):
+    started = time.monotonic()
+    r = tools.call("terminal_send", {"sessionId": opened.session_id, "text": text, "idle": 10}, agent=agent)
+    return [r.wait_reason, r.exit_code, time.monotonic() - started]
+
+seen = {"echo": send("echo hi"), "false": send("false")}
+tools.shutdown()
+print(json.dumps(seen), flush=True)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="closing a /proc file to a process takes a bind mount (root)")
+def test_a_kernel_that_may_not_read_its_own_shells_wait_goes_by_the_exit_marker(tmp_path):
+    """Under Yama's ``ptrace_scope`` 2 or 3 the kernel may not read even its own shell's ``syscall`` file, and
+    gVisor's ``/proc`` has none: every look found the shell busy, and every send, ``echo`` included, ended on the
+    idle window.  The first look that finds the program's own file closed turns to the shell's exit-code marker,
+    as where there is no ``/proc``.  Here the file is closed by a bind mount of an unreadable file over it, and
+    the kernel runs without the file-permission overrides."""
+    import json
+    import subprocess
+    closed = tmp_path / "closed"
+    closed.touch(mode=0)
+    script = tmp_path / "kernel.py"
+    script.write_text(KERNEL_BLIND_TO_ITS_SHELL)
+    drop = "-dac_override,-dac_read_search"
+    kernel = subprocess.Popen(["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", sys.executable,
+                               str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    assert kernel.stdin is not None and kernel.stdout is not None
+    target = None
+    try:
+        pid = int(kernel.stdout.readline())
+        target = f"/proc/{pid}/task/{pid}/syscall"
+        subprocess.run(["mount", "--bind", str(closed), target], check=True)
+        kernel.stdin.write("go\n")
+        kernel.stdin.flush()
+        seen = json.loads(kernel.stdout.readline())
+        assert seen["echo"][:2] == ["stdin_read", 0] and seen["echo"][2] < 5, seen
+        assert seen["false"][:2] == ["stdin_read", 1] and seen["false"][2] < 5, seen
+    finally:
+        if target is not None:
+            subprocess.run(["umount", target], check=False)
+        kernel.stdin.close()
+        try:
+            kernel.wait(timeout=30)
+        finally:
+            if kernel.poll() is None:
+                kernel.kill()
+                kernel.wait()
+        kernel.stdout.close()
+
+
 def test_binary_huge_and_escape_output_never_crash_the_reader(manager, agent, shell):
     # No ESC or C1 CSI in the random bytes: a query among them (1 in ~60 runs has ESC [ c) is answered
     # after head has exited, and the answer then lands at the shell's prompt as typed text, as in xterm.
