@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from typing import Callable, Iterator
 
@@ -42,6 +43,21 @@ def pty_fds() -> set[str]:
         if target.startswith(("/dev/pts/", "/proc/")) or target == "/dev/ptmx" or "pidfd" in target:
             out.add(f"{fd}->{target}")
     return out
+
+
+def end_kernel(kernel: "subprocess.Popen[str]") -> None:
+    """Let a kernel run in a subprocess end (its stdin closed: it reads nothing more), kill it by pid if it has not
+    within 30 s, and close its pipes."""
+    if kernel.stdin is not None:
+        kernel.stdin.close()
+    try:
+        kernel.wait(timeout=30)
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+        if kernel.stdout is not None:
+            kernel.stdout.close()
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 30.0, interval: float = 0.01) -> object:

@@ -12,7 +12,7 @@ import pytest
 from dsh_terminal_magics.mechanism import SendRequest
 from dsh_terminal_magics.mechanism.process_tree import ProcessId, children_of, is_alive, read_stat
 from dsh_terminal_magics.mechanism.sandbox import Sandbox, sandbox_problem
-from tests.conftest import wait_for
+from tests.conftest import end_kernel, wait_for
 
 ESCAPERS = {
     "child": "sleep 1000 & echo CHILD=$!",
@@ -314,14 +314,7 @@ def test_a_process_the_kernel_may_not_signal_is_reported_not_waited_for(tmp_path
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, 9)
-        kernel.stdin.close()
-        try:
-            kernel.wait(timeout=30)
-        finally:
-            if kernel.poll() is None:
-                kernel.kill()
-                kernel.wait()
-        kernel.stdout.close()
+        end_kernel(kernel)
         warned = kernel.stderr.read()
         kernel.stderr.close()
     # (the shutdown, which names nobody, warned of the one it left)

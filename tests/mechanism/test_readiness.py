@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dsh_terminal_magics.mechanism import SendRequest
-from tests.conftest import pty_fds, start_send, wait_for
+from tests.conftest import end_kernel, pty_fds, start_send, wait_for
 
 
 def send(manager, agent, sid, text, **kw):
@@ -490,14 +490,7 @@ def test_a_kernel_that_may_not_read_its_own_shells_wait_goes_by_the_exit_marker(
     finally:
         if target is not None:
             subprocess.run(["umount", target], check=False)
-        kernel.stdin.close()
-        try:
-            kernel.wait(timeout=30)
-        finally:
-            if kernel.poll() is None:
-                kernel.kill()
-                kernel.wait()
-        kernel.stdout.close()
+        end_kernel(kernel)
 
 
 def test_binary_huge_and_escape_output_never_crash_the_reader(manager, agent, shell):

@@ -120,13 +120,14 @@ def test_gpg_asks_through_pinentry_started_by_its_agent(term, tmp_path):
     shell_gets_the_next_command(term)
 
 
-#: A kernel that may not trace the session's setuid ``su``: it opens a session (process tracking, as a notebook
-#: user's own sessions have), runs ``su``, answers its password prompt wrongly, and says what each send saw.
-BLIND_KERNEL = r"""
+#: A kernel (process tracking, as a notebook user's own sessions have) that sends each of its arguments to a shell
+#: session in turn and prints what each send saw; after the first, whether the first command's process (its
+#: argument's last word is in its command line) let the kernel read its ``syscall`` file.
+CAPLESS_KERNEL = r"""
 import json, os, sys, time
 from dsh_terminal_magics import Agent, TerminalTools
 tools = TerminalTools(config={"containment": "tracking"})
-agent = Agent("blind")
+agent = Agent("capless")
 sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
 
 def send(text):
@@ -134,10 +135,10 @@ def send(text):
     r = tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 10}, agent=agent)
     return {"reason": r.wait_reason, "viewport": r.viewport, "exit": r.exit_code, "seconds": time.monotonic() - started}
 
-def su_syscall_readable():
+def syscall_readable(word):
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if b"blind-su-token" in open(f"/proc/{pid}/cmdline", "rb").read():
+            if word.encode() in open(f"/proc/{pid}/cmdline", "rb").read() and pid != str(os.getpid()):
                 open(f"/proc/{pid}/syscall").read()
                 return True
         except PermissionError:
@@ -145,16 +146,33 @@ def su_syscall_readable():
         except OSError:
             pass
 
-seen = {}
+seen = []
 try:
-    seen["prompt"] = send(sys.argv[1] + "su root -c 'echo blind-su-token'")
-    seen["readable"] = su_syscall_readable()
-    seen["wrong"] = send("not-the-password")
-    seen["next"] = send("echo next-$((6*7))")
+    for text in sys.argv[1:]:
+        seen.append(send(text))
+        if len(seen) == 1:
+            readable = syscall_readable(text.split()[-1].strip("'"))
 finally:
     tools.shutdown()
-print(json.dumps(seen))
+print(json.dumps({"sends": seen, "readable": readable}))
 """
+
+
+def run_capless_kernel(tmp_path, drop: str, *texts: str) -> tuple[list[dict], bool | None]:
+    """Run :data:`CAPLESS_KERNEL` (without the capabilities ``drop`` names, when root) on ``texts``: what each send
+    saw, and whether the first command's process let the kernel read its wait."""
+    import json
+    import subprocess
+    import sys
+    script = tmp_path / "capless_kernel.py"
+    script.write_text(CAPLESS_KERNEL)
+    kernel = [sys.executable, str(script), *texts]
+    if os.geteuid() == 0:
+        kernel = ["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", *kernel]
+    done = subprocess.run(kernel, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout)
+    return seen["sends"], seen["readable"]
 
 
 @needs["su"]
@@ -165,52 +183,16 @@ def test_a_password_prompt_the_kernel_may_not_look_into_is_a_prompt(tmp_path):
     window.  A terminal in line mode with echo off, and a foreground program asleep since our input, is now that
     read; ``su``'s delay after a wrong password (echo back on) is not.  Under root, the kernel runs without
     ``CAP_SYS_PTRACE`` and ``su`` as ``nobody``: the same blindness, the same ``su``."""
-    import json
-    import subprocess
-    import sys
-    script = tmp_path / "blind_kernel.py"
-    script.write_text(BLIND_KERNEL)
-    kernel, as_nobody = [sys.executable, str(script)], ""
-    if os.geteuid() == 0:
-        kernel = ["setpriv", "--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace", *kernel]
-        as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups "
-    done = subprocess.run([*kernel, as_nobody], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout)
-    assert seen["readable"] is False, seen  # (the kernel could not look: what this test is about)
-    asked = seen["prompt"]
+    as_nobody = "setpriv --reuid=65534 --regid=65534 --clear-groups " if os.geteuid() == 0 else ""
+    (asked, wrong, after), readable = run_capless_kernel(
+        tmp_path, "-sys_ptrace", as_nobody + "su root -c 'echo blind-su-token'", "not-the-password",
+        "echo next-$((6*7))")
+    assert readable is False, readable  # (the kernel could not look: what this test is about)
     assert asked["reason"] == "stdin_read" and asked["viewport"].endswith("Password: "), asked
     assert asked["seconds"] < PROMPT_WITHIN, asked
-    wrong = seen["wrong"]
     assert wrong["reason"] == "stdin_read" and "Authentication failure" in wrong["viewport"], wrong
     assert wrong["viewport"].endswith("$ ") and wrong["exit"] == 1, wrong
-    assert "next-42" in seen["next"]["viewport"] and seen["next"]["reason"] == "stdin_read", seen["next"]
-
-
-#: A kernel without ``CAP_SYS_PTRACE`` or the file-permission overrides, whose shell runs a shell it may not read
-#: (execute-only: non-dumpable, its ``syscall`` file closed to the kernel) that runs a program that asks.
-KERNEL_WITH_AN_UNSEEN_PARENT = r"""
-import json, sys, time
-from dsh_terminal_magics import Agent, TerminalTools
-tools = TerminalTools(config={"containment": "tracking"})
-agent = Agent("unseen")
-sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-
-def send(text):
-    started = time.monotonic()
-    r = tools.call("terminal_send", {"sessionId": sid, "text": text, "idle": 10}, agent=agent)
-    return {"reason": r.wait_reason, "viewport": r.viewport, "seconds": time.monotonic() - started}
-
-seen = {}
-try:
-    asks = 'python3 -c "print(input(chr(113) + chr(63)))"'
-    seen["asked"] = send(sys.argv[1] + " -c '" + asks + "; echo asked-$?'")
-    seen["answered"] = send("fine")
-    seen["slept"] = send(sys.argv[1] + " -c 'sleep 1.5; echo slept-$?'")
-finally:
-    tools.shutdown()
-print(json.dumps(seen))
-"""
+    assert "next-42" in after["viewport"] and after["reason"] == "stdin_read", after
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a kernel without the file-permission overrides is made from root")
@@ -219,21 +201,16 @@ def test_a_command_a_parent_the_kernel_may_not_look_into_waits_for_is_seen_askin
     kernel may not read the parent's wait, and the whole group counted as busy - each key to the editor came
     back after the idle window as ``inferred_idle``.  A parent we may not look into, asleep, counts as waiting
     for the fresh reader of the tty it started; without one it is still busy (``sleep`` under it is waited
-    out).  Here the parent is a shell the kernel may not read (an execute-only copy: non-dumpable)."""
-    import json
-    import subprocess
-    import sys
+    out).  Here the parent is a shell the kernel may not read (an execute-only copy: non-dumpable), run by a
+    kernel without ``CAP_SYS_PTRACE`` or the file-permission overrides."""
     shell = tmp_path / "unreadable-sh"
     shutil.copy("/bin/sh", shell)
     shell.chmod(0o111)
-    script = tmp_path / "kernel.py"
-    script.write_text(KERNEL_WITH_AN_UNSEEN_PARENT)
-    drop = "-sys_ptrace,-dac_override,-dac_read_search"
-    done = subprocess.run(["setpriv", f"--inh-caps={drop}", f"--bounding-set={drop}", sys.executable, str(script),
-                           str(shell)], capture_output=True, text=True, timeout=120, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout)
-    asked, answered, slept = seen["asked"], seen["answered"], seen["slept"]
+    asks = 'python3 -c "print(input(chr(113) + chr(63)))"'
+    (asked, answered, slept), readable = run_capless_kernel(
+        tmp_path, "-sys_ptrace,-dac_override,-dac_read_search", f"{shell} -c '{asks}; echo asked-$?' unreadable-sh",
+        "fine", f"{shell} -c 'sleep 1.5; echo slept-$?'")
+    assert readable is False, readable
     assert asked["reason"] == "stdin_read" and asked["viewport"].endswith("q?"), asked
     assert asked["seconds"] < PROMPT_WITHIN, asked
     assert answered["reason"] == "stdin_read" and "asked-0" in answered["viewport"], answered
