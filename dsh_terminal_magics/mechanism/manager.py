@@ -227,8 +227,9 @@ class SessionManager:
             raise InvalidArgumentError(
                 "SIGKILL would kill the session's shell itself: use terminal_close to end the session, "
                 "or SIGINT/SIGTERM to stop the foreground command")
+        key = None
         if name == "SIGINT":  # as the interrupt key would: text queued behind the command does not run after it
-            session.clear_input_for_interrupt()
+            key = session.clear_input_for_interrupt()
         try:
             os.killpg(pgid, SIGNALS[name])
             if name in ("SIGINT", "SIGTERM", "SIGHUP") and _any_stopped(session, pgid):
@@ -241,8 +242,8 @@ class SessionManager:
                 # the python session's sh) it would not (see Session.wake_program), so it is voided here alike.
                 os.killpg(pgid, signal_module.SIGCONT)
         except PermissionError:
-            if name == "SIGINT" and session.type_interrupt_key():
-                return pgid  # (the terminal delivers its interrupt key's signal to another user's group too)
+            if key is not None and session.write_now(key) == len(key):
+                return pgid  # (typed, the terminal delivers its interrupt key's signal to another user's group)
             raise TerminalError(f"may not signal process group {pgid}: it runs as another user (sudo, su); while "
                                 "the terminal makes signals of keys, its keys reach it: send the key C-c (SIGINT), "
                                 "C-\\ (SIGQUIT) or C-z (SIGTSTP); else end it as that user") from None

@@ -616,13 +616,6 @@ class Session:
             child.clear_input_for_signal_keys(key)
         return key
 
-    def type_interrupt_key(self) -> bool:
-        """Type the terminal's interrupt key (the kernel signals the foreground group, whoever it runs as);
-        False when the terminal makes no signals of keys (a program took them raw) or it could not be written."""
-        child = self.child
-        key = child.interrupt_key() if child is not None else None
-        return key is not None and self.write_now(key) == len(key)
-
     def interrupt_foreground(self) -> None:
         """SIGINT to the foreground process group, typed as the terminal's interrupt character while the
         terminal makes signals of keys: the kernel then also throws away input typed ahead and not read yet,
