@@ -374,11 +374,11 @@ class PtyChild:
         except OSError:
             return 0
 
-    async def write_all(self, data: bytes, deadline: float) -> int:
-        """Write ``data``, waiting for room; returns the bytes written (fewer when the child exited or
-        ``deadline`` passed)."""
+    async def write_all(self, data: bytes, deadline: float, stopped: Callable[[], bool] | None = None) -> int:
+        """Write ``data``, waiting for room; returns the bytes written (fewer when the child exited,
+        ``deadline`` passed or ``stopped()``, asked before each write, said so)."""
         view = memoryview(data)
-        while view:
+        while view and not (stopped is not None and stopped()):
             view = view[self.write_now(bytes(view[:4096])):]
             if view:
                 if self.exited or self.closed or time.monotonic() >= deadline:

@@ -224,7 +224,7 @@ class SendResult:
     #: The rendered screen when a full-screen program had the terminal at the end.
     screen: ScreenSnapshot | None = None
     #: Bytes of the input (the text, keys and Enter as written) that were never written: the send ended
-    #: first, the program having stopped reading; what was written waits in its input.
+    #: first, the program having stopped reading (what was written waits in its input), or it was cancelled.
     unsent: int = 0
 
 
@@ -249,7 +249,9 @@ class SendOperation:
         self.started = time.monotonic()
         self.deadline = self.started + request.timeout
         self.cancel_requested = False
-        self.interrupted_at = self.last_interrupt = 0.0
+        self.interrupted_at = 0.0
+        #: The foreground groups this send has interrupted (see :meth:`cancel`).
+        self._interrupted: set[int] = set()
         self.escape_sent = escape_sent
         #: Characters of main-screen text written when the program last left the alternate screen during
         #: this send (None: it did not).
@@ -305,13 +307,19 @@ class SendOperation:
             callback(self.future)
 
     def cancel(self) -> None:
-        """Interrupt: SIGINT to the foreground group; the wait then ends at the next prompt."""
-        if self.future.done() or self.cancel_requested:
+        """Interrupt, as the terminal's interrupt key does: SIGINT to the foreground group, and nothing more of
+        the text is written (the rest is :attr:`unsent`); the wait then ends at the next prompt, or
+        :data:`INTERRUPT_GRACE` seconds after the last interrupt.  Each call is one more key press: a program
+        that cleans up after the first may take a second as "stop now", so none is sent unasked."""
+        if self.future.done():
             return
-        self.cancel_requested = True
-        self.interrupted_at = self.last_interrupt = time.monotonic()
-        self.session.interrupt_foreground()
+        self.cancel_requested, self.interrupted_at = True, time.monotonic()
+        self._interrupt()
         self.session.wake()
+
+    def _interrupt(self) -> None:
+        self._interrupted.add(self.session.foreground_pgid())
+        self.session.interrupt_foreground()
 
     def read_output(self) -> str:
         """Finished lines since the last call; once done, also the final unfinished line.  A line the
@@ -361,7 +369,7 @@ class SendOperation:
                     if session.probe is not None:
                         self.fence = session.probe.fence()
                 total += len(piece)
-                written += await session.write_all(piece, self.deadline) if piece else 0
+                written += await session.write_all(piece, self.deadline, self._stop_writing) if piece else 0
                 if written < total:
                     break
         except BaseException as exc:  # the reservation must never leak
@@ -369,11 +377,16 @@ class SendOperation:
             if not isinstance(exc, Exception):
                 raise
             return
-        if written == size:
+        self.unsent = size - written  # (the result says how much was never written: it is not written later)
+        if written == size or self.cancel_requested:  # (interrupted: the wait for the prompt goes on)
             self._begin_wait()
-        else:  # (the program stopped reading: the rest is not written later, the result says how much)
-            self.unsent = size - written
+        else:  # the program stopped reading
             self._complete("session_exit" if not self.session.running else "timeout")
+
+    def _stop_writing(self) -> bool:
+        """An interrupt stops the text: what it did not write yet would reach whatever reads the terminal
+        next - the shell, which ran each line of it as a command."""
+        return self.cancel_requested
 
     def _begin_wait(self) -> None:
         session = self.session
@@ -440,10 +453,9 @@ class SendOperation:
         if self.cancel_requested:
             if now - self.interrupted_at > INTERRUPT_GRACE:
                 return "timeout"
-            if session.foreground_pgid() not in (0, session.pid) and now - self.last_interrupt > 0.1:
-                # Input still queued at the first SIGINT may have started a job since: stop it too.
-                self.last_interrupt = now
-                session.interrupt_foreground()
+            if session.foreground_pgid() not in (0, session.pid, *self._interrupted):
+                # A job started since the interrupt (input a program reading raw keys kept): stop it too, once.
+                self._interrupt()
         idle_at = self._idle_at(now)
         if now >= self.deadline:
             return "timeout"

@@ -14,6 +14,7 @@ import os
 import signal as signal_module
 import time
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from ptyprocess import PtyProcess
 
@@ -431,10 +432,12 @@ class Session:
         """Write what the PTY takes now; returns the bytes written."""
         return self.child.write_now(data) if self.child is not None else 0
 
-    async def write_all(self, data: bytes, deadline: float) -> int:
-        """Write ``data``, waiting for room; returns the bytes written (fewer when the session ended or
-        ``deadline`` passed)."""
-        return await self.child.write_all(data, deadline) if self.running and self.child is not None else 0
+    async def write_all(self, data: bytes, deadline: float, stopped: Callable[[], bool] | None = None) -> int:
+        """Write ``data``, waiting for room; returns the bytes written (fewer when the session ended,
+        ``deadline`` passed or ``stopped()`` said so)."""
+        if not self.running or self.child is None:
+            return 0
+        return await self.child.write_all(data, deadline, stopped)
 
     def type_input(self, data: bytes) -> None:
         """Type ``data`` into the terminal without waiting, as a person at the keyboard would (less a key that

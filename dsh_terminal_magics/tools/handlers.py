@@ -104,7 +104,7 @@ async def _job_outcome(op: SendOperation) -> JobOutcome:
     r = await op.future
     detail = f"waitReason={r.wait_reason} sessionStatus={r.session_status} exitCode={r.exit_code}"
     if r.unsent:
-        detail += f" - {unsent_note(r.unsent)}"
+        detail += f" - {unsent_note(r.unsent, r.cancelled)}"
     return JobOutcome("killed" if op.cancel_requested else "completed", detail)
 
 

@@ -73,6 +73,50 @@ def test_job_kill_interrupts_and_releases_the_session(tools, agent, shell):
     assert tools.call("job_output", {"jobId": job}, agent=agent).status == "killed"
 
 
+def test_job_kill_writes_no_more_of_the_text(tools, agent, shell, tmp_path):
+    """An interrupt stops the text being written: the rest of a long text went on into the terminal after
+    the program reading it was interrupted, and the shell ran each of its lines as a command."""
+    reader = tmp_path / "reader.py"
+    reader.write_text("import sys, time\nfor line in sys.stdin:\n    print('took', line.split()[-1], flush=True)\n"
+                      "    time.sleep(0.01)\n")
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    lines = "\n".join(f"touch {ran}/{i}" for i in range(3000))  # ~30 s of reading; ~4 KB fit in the input
+    tools.call("terminal_send", {"sessionId": shell, "text": f"python3 {reader}"}, agent=agent)
+    job = tools.call("terminal_send", {"sessionId": shell, "text": lines, "run_in_background": True},
+                     agent=agent).job_id
+    seen = [""]
+    deadline = time.monotonic() + 30
+    while "took" not in seen[0] and time.monotonic() < deadline:
+        seen[0] += tools.call("job_output", {"jobId": job}, agent=agent).output
+    assert tools.call("job_kill", {"jobId": job}, agent=agent).status == "killed"
+    r = tools.call("terminal_send", {"sessionId": shell, "text": f"ls {ran} | wc -l", "timeout": 10},
+                   agent=agent)
+    assert r.viewport.splitlines()[1:] == ["0", "$ "], r.viewport
+    assert not any(ran.iterdir())
+    detail = tools.call("job_output", {"jobId": job}, agent=agent).detail
+    assert "input cut by the interrupt" in detail, detail
+
+
+def test_job_kill_interrupts_once(tools, agent, shell, tmp_path):
+    """One interrupt, not one every 0.1 s until the prompt is back: a program that cleans up on Ctrl-C takes
+    a second one as "stop now" (this one's clean-up was cut short by the second of a stream of them)."""
+    program = tmp_path / "cleans_up.py"
+    program.write_text("import time\ntry:\n    print('working', flush=True)\n    time.sleep(60)\n"
+                       "except KeyboardInterrupt:\n    print('cleaning up', flush=True)\n    try:\n"
+                       "        time.sleep(1)\n        print('cleaned up', flush=True)\n"
+                       "    except KeyboardInterrupt:\n        print('clean-up cut short', flush=True)\n")
+    job = tools.call("terminal_send", {"sessionId": shell, "text": f"python3 {program}",
+                                       "run_in_background": True}, agent=agent).job_id
+    seen = [""]
+    deadline = time.monotonic() + 30
+    while "working" not in seen[0] and time.monotonic() < deadline:
+        seen[0] += tools.call("job_output", {"jobId": job}, agent=agent).output
+    assert tools.call("job_kill", {"jobId": job}, agent=agent).status == "killed"
+    out = seen[0] + tools.call("job_output", {"jobId": job}, agent=agent).output
+    assert "cleaned up" in out and "cut short" not in out and out.count("^C") == 1, out
+
+
 def test_job_output_at_small_cap_never_repeats_or_loses(agent):
     tools = TerminalTools(config={"maxResultBytes": 200})
     try:
