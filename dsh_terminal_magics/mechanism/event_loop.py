@@ -13,6 +13,7 @@ import collections
 import concurrent.futures
 import os
 import threading
+import time
 from typing import Any, Callable, Coroutine, Generic, Protocol, TypeVar
 
 from ..errors import TerminalError
@@ -233,7 +234,8 @@ class EventLoopThread:
 
         The hot path of a foreground send: one hop in, one hop out, no task
         creation in between.  On KeyboardInterrupt, ``on_interrupt()`` runs on
-        the loop and the wait continues (bounded) before the interrupt propagates.
+        the loop and the wait continues (bounded) before the interrupt propagates;
+        each further KeyboardInterrupt meanwhile runs it again (a second Ctrl-C).
         """
         if self.in_loop_thread():
             raise TerminalError("blocking terminal calls cannot be made from the terminal loop thread; "
@@ -259,9 +261,19 @@ class EventLoopThread:
             return result.result()
         except KeyboardInterrupt:
             if on_interrupt is not None:
-                self.loop.call_soon_threadsafe(on_interrupt)
-                try:
-                    result.result(timeout=10)
-                except BaseException:
-                    pass
+                self._wind_up(result, on_interrupt)
             raise
+
+    def _wind_up(self, result: Handoff[Any], on_interrupt: Callable[[], Any]) -> None:
+        """Run ``on_interrupt()`` on the loop and wait (10 s at most) for ``result``; run it again at each
+        KeyboardInterrupt meanwhile."""
+        deadline = time.monotonic() + 10
+        while True:
+            self.loop.call_soon_threadsafe(on_interrupt)
+            try:
+                result.result(timeout=max(deadline - time.monotonic(), 0.0))
+                return
+            except KeyboardInterrupt:
+                continue
+            except BaseException:
+                return

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import time
 
@@ -115,6 +116,36 @@ def test_job_kill_interrupts_once(tools, agent, shell, tmp_path):
     assert tools.call("job_kill", {"jobId": job}, agent=agent).status == "killed"
     out = seen[0] + tools.call("job_output", {"jobId": job}, agent=agent).output
     assert "cleaned up" in out and "cut short" not in out and out.count("^C") == 1, out
+
+
+def test_a_second_ctrl_c_during_a_call_interrupts_again(tools, agent, shell, tmp_path):
+    """Ctrl-C (KeyboardInterrupt) during a blocking call interrupts the program; a second one while the call
+    winds up is a second key press, as in a terminal (it was swallowed: the program's clean-up ran on)."""
+    import signal
+    import threading
+    from tests.conftest import wait_for
+    program = tmp_path / "cleans_up.py"
+    program.write_text(f"import time, pathlib\nmark = pathlib.Path({str(tmp_path)!r})\ntry:\n"
+                       "    (mark / 'working').touch()\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+                       "    (mark / 'cleaning').touch()\n    try:\n        time.sleep(10)\n"
+                       "        print('cleaned up', flush=True)\n    except KeyboardInterrupt:\n"
+                       "        print('clean-up cut short', flush=True)\n")
+
+    def press_ctrl_c_twice() -> None:
+        wait_for(lambda: (tmp_path / "working").exists())
+        os.kill(os.getpid(), signal.SIGINT)
+        wait_for(lambda: (tmp_path / "cleaning").exists())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c_twice)
+    presser.start()
+    with pytest.raises(KeyboardInterrupt):
+        tools.call("terminal_send", {"sessionId": shell, "text": f"python3 {program}", "timeout": 30}, agent=agent)
+    presser.join()
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo $?"}, agent=agent)
+    assert r.viewport.splitlines()[1:] == ["0", "$ "]  # (the clean-up's handler ended it normally)
+    text = tools.call("terminal_read", {"sessionId": shell}, agent=agent).text
+    assert "clean-up cut short" in text and "cleaned up" not in text, text
 
 
 def test_job_output_at_small_cap_never_repeats_or_loses(agent):
