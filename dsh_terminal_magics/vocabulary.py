@@ -20,6 +20,8 @@ SIGNAL_NAMES: tuple[str, ...] = get_args(SignalName)
 SIGNALS: dict[str, int] = {name: int(getattr(signal_module, name)) for name in SIGNAL_NAMES}
 
 WaitReason = Literal["stdin_read", "inferred_idle", "timeout", "session_exit"]
+#: Why a send's text was stopped before its end: a signal (an interrupt) to its program, or the program ended.
+TextCut = Literal["signal", "program_ended"]
 #: A session's status as callers see it.
 SessionStatus = Literal["running", "exited", "closing", "closed"]
 JobStatus = Literal["running", "completed", "killed", "failed"]

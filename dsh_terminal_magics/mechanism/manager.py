@@ -227,9 +227,13 @@ class SessionManager:
             raise InvalidArgumentError(
                 "SIGKILL would kill the session's shell itself: use terminal_close to end the session, "
                 "or SIGINT/SIGTERM to stop the foreground command")
+        if session.operation is not None:  # (nothing more of a send's text: the program it is for may end)
+            session.operation.stop_text()
         key = None
         if name == "SIGINT":  # as the interrupt key would: text queued behind the command does not run after it
             key = session.clear_input_for_interrupt()
+        elif pgid != session.pid:  # (a signal ending a command leaves no input of it for the shell to run)
+            session.discard_input()
         try:
             os.killpg(pgid, SIGNALS[name])
             if name in ("SIGINT", "SIGTERM", "SIGHUP") and _any_stopped(session, pgid):

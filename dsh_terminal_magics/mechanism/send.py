@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ..errors import InvalidArgumentError, TerminalError
-from ..vocabulary import WaitReason
+from ..vocabulary import TextCut, WaitReason
 from .keys import encode_keys
 from .readiness import Fence
 from .screen import ScreenSnapshot
@@ -224,8 +224,11 @@ class SendResult:
     #: The rendered screen when a full-screen program had the terminal at the end.
     screen: ScreenSnapshot | None = None
     #: Bytes of the input (the text, keys and Enter as written) that were never written: the send ended
-    #: first, the program having stopped reading (what was written waits in its input), or it was cancelled.
+    #: first, the program having stopped reading (what was written waits in its input) - or, see
+    #: ``text_cut_by``, the text was stopped.
     unsent: int = 0
+    #: Why the text was stopped before its end (see :attr:`SendOperation.text_cut_by`), or None.
+    text_cut_by: TextCut | None = None
 
 
 class SendOperation:
@@ -257,8 +260,15 @@ class SendOperation:
         #: this send (None: it did not).
         self.left_full_screen_at: int | None = None
         self.exit_code: int | None = None
-        #: Bytes of the payload never written: the wait ended first (the program stopped reading).
+        #: Bytes of the payload never written: the wait ended first (the program stopped reading), or the
+        #: text was stopped (:attr:`text_cut_by`).
         self.unsent = 0
+        #: Why nothing more of the text is written: ``"signal"`` (an interrupt, a signal to the program) or
+        #: ``"program_ended"`` (the program the text was sent to gave the terminal back to the shell).
+        self.text_cut_by: TextCut | None = None
+        #: While the rest of a text too long to write at once is written to a program the session's shell
+        #: started (not to the shell): that program's process group (0 otherwise).
+        self._writing_to = 0
         self.marker_seen = False
         self.bell = False
         self._cursor = session.scrollback.completed_lines + 1
@@ -314,8 +324,14 @@ class SendOperation:
         if self.future.done():
             return
         self.cancel_requested, self.interrupted_at = True, time.monotonic()
+        self.stop_text()
         self._interrupt()
         self.session.wake()
+
+    def stop_text(self) -> None:
+        """Write nothing more of the text: the program it was for is being interrupted or signalled."""
+        if self.text_cut_by is None:
+            self.text_cut_by = "signal"
 
     def _interrupt(self) -> None:
         self._interrupted.add(self.session.foreground_pgid())
@@ -352,6 +368,10 @@ class SendOperation:
         session = self.session
         rest = self.payload[written:len(self.payload) - sum(map(len, later))]
         if rest or later:
+            pgid = session.foreground_pgid()
+            if pgid not in (0, session.pid):
+                self._writing_to = pgid
+                session.watch_foreground_exits()  # (see program_exited)
             self.task = session.loop.create_task(self._write_rest([rest, *later]))
         else:
             self._begin_wait()
@@ -377,16 +397,34 @@ class SendOperation:
             if not isinstance(exc, Exception):
                 raise
             return
+        finally:
+            self._writing_to = 0
         self.unsent = size - written  # (the result says how much was never written: it is not written later)
-        if written == size or self.cancel_requested:  # (interrupted: the wait for the prompt goes on)
+        if written == size or self.text_cut_by is not None:  # (stopped: the wait for the prompt goes on)
             self._begin_wait()
         else:  # the program stopped reading
             self._complete("session_exit" if not self.session.running else "timeout")
 
     def _stop_writing(self) -> bool:
-        """An interrupt stops the text: what it did not write yet would reach whatever reads the terminal
-        next - the shell, which ran each line of it as a command."""
-        return self.cancel_requested
+        """Whether the text stops here: it was stopped, or the program it is written to is gone (the session's
+        shell has the terminal back)."""
+        if self.text_cut_by is None and self._writing_to and self.session.foreground_pgid() == self.session.pid:
+            self._program_ended()
+        return self.text_cut_by is not None
+
+    def program_exited(self) -> None:
+        """A watched process of the foreground group exited: when it was the last of the program the text is
+        being written to, the text stops (see :meth:`_program_ended`)."""
+        if self._writing_to and self.text_cut_by is None \
+                and all(stat.gone for stat in self.session.group_stats(self._writing_to)):
+            self._program_ended()
+
+    def _program_ended(self) -> None:
+        """The program the text is written to ended: nothing more of the text is written, and what it did not
+        read is thrown away.  The text is that program's: the shell, taking the terminal back, read the rest
+        as commands and ran each of its lines (2995 of 3000 lines sent to a reader that left after five)."""
+        self.text_cut_by = "program_ended"
+        self.session.discard_input()
 
     def _begin_wait(self) -> None:
         session = self.session
@@ -771,4 +809,4 @@ class SendOperation:
         raw, _lost = session.raw.since(self.raw_offset)
         return SendResult(reason, viewport, cut, session.public_status, exit_code, self.cancel_requested,
                           self.bell, time.monotonic() - self.started, raw[-limit:], snapshot,
-                          self.unsent)
+                          self.unsent, self.text_cut_by if self.unsent else None)

@@ -248,6 +248,8 @@ class Session:
         """The leader exited, or a watched foreground process did."""
         if self.child is not None and self.child.exited and self.running:
             self.status = "exited"
+        if self.operation is not None:
+            self.operation.program_exited()
         self.wake()
 
     def begin_close(self) -> TreeToEnd | None:
@@ -255,10 +257,11 @@ class Session:
         self.status = "closing"
         if self.operation is not None:
             self.operation.cancel_requested = True
+            self.operation.stop_text()
         self.wake()
         if self.child is None:
             return None
-        self.child.discard_input()  # (nothing typed ahead runs while the close lets the shell reap its dead)
+        self.discard_input()  # (nothing typed ahead runs while the close lets the shell reap its dead)
         return TreeToEnd(self.child.leader, self.token.encode(), self.child.exited)
 
     def finish_close(self) -> None:
@@ -608,6 +611,11 @@ class Session:
             os.killpg(os.getpgid(self.probe.leader_pid), signal_module.SIGCONT)
         except OSError:
             pass
+
+    def discard_input(self) -> None:
+        """Throw away the input no program has read."""
+        if self.child is not None:
+            self.child.discard_input()
 
     def clear_input_for_interrupt(self) -> bytes | None:
         """Throw away the input no program has read, as the terminal does at its interrupt key (see

@@ -421,7 +421,7 @@ class TerminalMagics(Magics):
                 break
         text = footer_text(res.wait_reason, res.exit_code, res.session_status, res.interrupted)
         if res.unsent:
-            text += f" [{unsent_note(res.unsent, res.interrupted)}]"
+            text += f" [{unsent_note(res.unsent, res.text_cut_by)}]"
         if stream.written or res.viewport:
             self._write("\n")
         if res.screen_text is not None:  # a full-screen program: show what its screen looks like now

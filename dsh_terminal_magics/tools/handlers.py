@@ -56,7 +56,8 @@ def foreground_result(r: SendResult) -> ForegroundSendResult:
                                   session_status=r.session_status,  # type: ignore[arg-type]
                                   truncated=r.viewport_truncated, exit_code=r.exit_code,
                                   bell=True if r.bell else None, screen=screen, unsent=r.unsent or None)
-    return result.with_extras(r.raw_output, r.screen.text() if r.screen is not None else None, r.cancelled)
+    return result.with_extras(r.raw_output, r.screen.text() if r.screen is not None else None, r.cancelled,
+                              r.text_cut_by)
 
 
 async def terminal_open(ctx: ToolContext, a: OpenArgs, agent: Agent) -> OpenResult:
@@ -104,7 +105,7 @@ async def _job_outcome(op: SendOperation) -> JobOutcome:
     r = await op.future
     detail = f"waitReason={r.wait_reason} sessionStatus={r.session_status} exitCode={r.exit_code}"
     if r.unsent:
-        detail += f" - {unsent_note(r.unsent, r.cancelled)}"
+        detail += f" - {unsent_note(r.unsent, r.text_cut_by)}"
     return JobOutcome("killed" if op.cancel_requested else "completed", detail)
 
 

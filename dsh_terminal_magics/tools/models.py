@@ -192,14 +192,16 @@ class ForegroundSendResult(_Result):
     screen: Optional[ScreenInfo] = Field(None, exclude_if=lambda v: v is None)
     #: Bytes of the input never written: the wait ended while the program did not read (see :func:`unsent_note`).
     unsent: Optional[int] = Field(None, exclude_if=lambda v: v is None)
-    #: Not part of the seed's JSON: (raw output, screen text, interrupted), set by :meth:`with_extras` - a
+    #: Not part of the seed's JSON: (raw output, screen text, interrupted, text cut by), set by
+    #: :meth:`with_extras` - a
     #: plain slot, not a pydantic private attribute: those are set up (in Python) on every result, which cost
     #: more than the rest of the result together on the hot path of every send.
     __slots__ = ("_extras",)
 
-    def with_extras(self, raw_output: bytes, screen_text: Optional[str], interrupted: bool) -> "ForegroundSendResult":
+    def with_extras(self, raw_output: bytes, screen_text: Optional[str], interrupted: bool,
+                    text_cut_by: Optional[str] = None) -> "ForegroundSendResult":
         """This result, carrying what the seed's JSON leaves out (see the properties below)."""
-        object.__setattr__(self, "_extras", (raw_output, screen_text, interrupted))  # (frozen for the fields)
+        object.__setattr__(self, "_extras", (raw_output, screen_text, interrupted, text_cut_by))  # (frozen fields)
         return self
 
     def _extra(self, index: int, default: Any) -> Any:
@@ -220,6 +222,11 @@ class ForegroundSendResult(_Result):
     def interrupted(self) -> bool:
         """Whether the send was interrupted (Ctrl-C, a cancelled await)."""
         return bool(self._extra(2, False))
+
+    @property
+    def text_cut_by(self) -> Optional[str]:
+        """Why the text was stopped before its end (``signal``, ``program_ended``; see :attr:`unsent`)."""
+        return self._extra(3, None)  # type: ignore[no-any-return]
 
 
 class BackgroundSendResult(_Result):

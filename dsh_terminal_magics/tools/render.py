@@ -81,12 +81,15 @@ def lines_meta(begin: int, end: int, total: int) -> str:
     return f"[lines: {begin}-{end} of {total}]"
 
 
-def unsent_note(unsent: int, interrupted: bool = False) -> str:
-    """What to tell about input a send never wrote: the program stopped reading and the wait ended, or the
-    send was interrupted (``interrupted``: then what was written and not read is gone too)."""
-    if interrupted:
-        return (f"input cut by the interrupt: the last {unsent} bytes of the input were not written, and what the "
-                "program had not read yet was thrown away, as the terminal's interrupt key does")
+def unsent_note(unsent: int, cut_by: str | None = None) -> str:
+    """What to tell about input a send never wrote: the program stopped reading and the wait ended, or
+    (``cut_by``, see :data:`~dsh_terminal_magics.vocabulary.TextCut`) the text was stopped."""
+    if cut_by == "signal":
+        return (f"input cut by the interrupt or signal: the last {unsent} bytes of the input were not written, "
+                "and what the program had not read yet was thrown away")
+    if cut_by == "program_ended":
+        return (f"input cut: the program the input was for ended before reading it all; its last {unsent} bytes "
+                "were not written, and what it had not read yet was thrown away (not left to the shell)")
     return (f"input cut: the last {unsent} bytes of the input were not written (the program did not read them "
             "before the wait ended); the part written waits in the terminal's input, its last line maybe cut "
             "short - once the program has read the rest (a send with no text waits for that), send keys C-u to "
@@ -118,7 +121,7 @@ def _foreground(r: ForegroundSendResult, cap: int) -> str:
     if r.bell:
         meta.append("[bell]")
     if r.unsent:
-        meta.append(f"[{unsent_note(r.unsent, r.interrupted)}]")
+        meta.append(f"[{unsent_note(r.unsent, r.text_cut_by)}]")
     return render_capped(meta, r.viewport, cap, keep_tail=True, cut=r.truncated)
 
 

@@ -5,6 +5,7 @@ import asyncio
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -74,29 +75,75 @@ def test_job_kill_interrupts_and_releases_the_session(tools, agent, shell):
     assert tools.call("job_output", {"jobId": job}, agent=agent).status == "killed"
 
 
-def test_job_kill_writes_no_more_of_the_text(tools, agent, shell, tmp_path):
-    """An interrupt stops the text being written: the rest of a long text went on into the terminal after
-    the program reading it was interrupted, and the shell ran each of its lines as a command."""
+def start_long_text(tools, agent, shell, tmp_path, reader_code: str) -> tuple[str, Path]:
+    """Run a python reader (``reader_code`` reads stdin, printing ``took`` per line) and send it, as a background
+    job, 3000 lines of ``touch RAN/N`` (~120 KB: the terminal takes ~4 KB, its buffers some 60 KB more); returns
+    the job id, once the reader took a line, and RAN - where a line run by the shell instead leaves a file."""
     reader = tmp_path / "reader.py"
-    reader.write_text("import sys, time\nfor line in sys.stdin:\n    print('took', line.split()[-1], flush=True)\n"
-                      "    time.sleep(0.01)\n")
+    reader.write_text(reader_code)
     ran = tmp_path / "ran"
     ran.mkdir()
-    lines = "\n".join(f"touch {ran}/{i}" for i in range(3000))  # ~30 s of reading; ~4 KB fit in the input
     tools.call("terminal_send", {"sessionId": shell, "text": f"python3 {reader}"}, agent=agent)
+    lines = "\n".join(f"touch {ran}/{i}" for i in range(3000))
     job = tools.call("terminal_send", {"sessionId": shell, "text": lines, "run_in_background": True},
                      agent=agent).job_id
-    seen = [""]
+    seen = ""
     deadline = time.monotonic() + 30
-    while "took" not in seen[0] and time.monotonic() < deadline:
-        seen[0] += tools.call("job_output", {"jobId": job}, agent=agent).output
+    while "took" not in seen and time.monotonic() < deadline:
+        seen += tools.call("job_output", {"jobId": job}, agent=agent).output
+    return job, ran
+
+
+def job_final(tools, agent, job: str):
+    """The job's output once it is no longer running."""
+    deadline = time.monotonic() + 30
+    while (out := tools.call("job_output", {"jobId": job}, agent=agent)).status == "running":
+        assert time.monotonic() < deadline, out
+        time.sleep(0.05)
+    return out
+
+
+def files_made(tools, agent, shell, ran: Path) -> int:
+    """The number of files in ``ran``, once the session is back at its prompt."""
+    r = tools.call("terminal_send", {"sessionId": shell, "text": f"ls {ran} | wc -l", "timeout": 10}, agent=agent)
+    assert r.wait_reason == "stdin_read", r
+    return len(list(ran.iterdir()))
+
+
+SLOW_READER = "import sys, time\nfor line in sys.stdin:\n    print('took', flush=True)\n    time.sleep(0.01)\n"
+
+
+def test_job_kill_writes_no_more_of_the_text(tools, agent, shell, tmp_path):
+    """An interrupt stops the text being written: the rest of a long text went on into the terminal after
+    the program reading it was interrupted, and the shell ran each of its lines as a command (2597 of 3000)."""
+    job, ran = start_long_text(tools, agent, shell, tmp_path, SLOW_READER)
     assert tools.call("job_kill", {"jobId": job}, agent=agent).status == "killed"
-    r = tools.call("terminal_send", {"sessionId": shell, "text": f"ls {ran} | wc -l", "timeout": 10},
-                   agent=agent)
-    assert r.viewport.splitlines()[1:] == ["0", "$ "], r.viewport
-    assert not any(ran.iterdir())
+    assert files_made(tools, agent, shell, ran) == 0
     detail = tools.call("job_output", {"jobId": job}, agent=agent).detail
-    assert "input cut by the interrupt" in detail, detail
+    assert "input cut by the interrupt or signal" in detail, detail
+
+
+@pytest.mark.parametrize("signal", ["SIGTERM", "SIGKILL"])
+def test_a_signal_to_the_program_stops_the_text_too(tools, agent, shell, tmp_path, signal):
+    """terminal_signal during a long text: nothing more of it is written, and what the program had not read
+    is thrown away - not run by the shell once the program is gone (894-1489 of 3000 lines ran)."""
+    job, ran = start_long_text(tools, agent, shell, tmp_path, SLOW_READER)
+    tools.call("terminal_signal", {"sessionId": shell, "signal": signal}, agent=agent)
+    final = job_final(tools, agent, job)
+    assert final.status == "completed" and "input cut by the interrupt or signal" in final.detail, final
+    assert files_made(tools, agent, shell, ran) == 0
+
+
+def test_a_program_leaving_early_leaves_the_text_to_no_one(tools, agent, shell, tmp_path):
+    """A program that ends before it has read the text sent to it: the rest is not written, and what it left
+    unread is thrown away as it ends - the shell ran 2995 of the 3000 lines meant for a reader that left after
+    five.  (The shell may win the race to the terminal by a line or two; the bound is far below that.)"""
+    leaves = "import sys, time\nfor i, line in enumerate(sys.stdin):\n    print('took', flush=True)\n" \
+             "    time.sleep(0.01)\n    if i == 4:\n        break\n"
+    job, ran = start_long_text(tools, agent, shell, tmp_path, leaves)
+    final = job_final(tools, agent, job)
+    assert "input cut: the program the input was for ended" in final.detail, final
+    assert files_made(tools, agent, shell, ran) < 100
 
 
 def test_job_kill_interrupts_once(tools, agent, shell, tmp_path):
