@@ -109,6 +109,9 @@ PAUSE_SETTLE = 0.25
 #: How long an interrupted send waits for the program to come back before giving up (seconds).
 INTERRUPT_GRACE = 5.0
 ENTER = b"\r"
+#: The key that clears the line being typed: the terminal's line kill in line mode, a line editor's (readline's
+#: unix-line-discard, in its emacs and vi insert modes alike) otherwise.
+KILL_LINE = b"\x15"
 LINE_FEED = b"\n"
 #: The longest line the kernel keeps for a program reading whole lines (the terminal in line mode): the
 #: rest of a longer line is dropped as it arrives (its line buffer is 4096 bytes, the line end included).
@@ -422,9 +425,12 @@ class SendOperation:
     def _program_ended(self) -> None:
         """The program the text is written to ended: nothing more of the text is written, and what it did not
         read is thrown away.  The text is that program's: the shell, taking the terminal back, read the rest
-        as commands and ran each of its lines (2995 of 3000 lines sent to a reader that left after five)."""
+        as commands and ran each of its lines (2995 of 3000 lines sent to a reader that left after five).  The
+        shell may have read part of a line before the rest was thrown away: the line-kill key (C-u) clears it,
+        else it was glued to the front of the next command (``touch `` + ``ls x`` made a file ``ls``)."""
         self.text_cut_by = "program_ended"
         self.session.discard_input()
+        self.session.write_now(KILL_LINE)
 
     def _begin_wait(self) -> None:
         session = self.session

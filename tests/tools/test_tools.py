@@ -106,7 +106,7 @@ def job_final(tools, agent, job: str):
 def files_made(tools, agent, shell, ran: Path) -> int:
     """The number of files in ``ran``, once the session is back at its prompt."""
     r = tools.call("terminal_send", {"sessionId": shell, "text": f"ls {ran} | wc -l", "timeout": 10}, agent=agent)
-    assert r.wait_reason == "stdin_read", r
+    assert r.wait_reason == "stdin_read" and r.viewport.startswith(f"$ ls {ran} | wc -l\n"), r  # (nothing glued)
     return len(list(ran.iterdir()))
 
 
