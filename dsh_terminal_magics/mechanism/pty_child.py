@@ -312,24 +312,27 @@ class PtyChild:
             return None
         return key
 
-    def clear_input_for_signal_keys(self, data: bytes) -> None:
+    def clear_input_for_signal_keys(self, data: bytes) -> bool:
         """Throw away the input the program has not read when ``data`` holds a key the terminal makes a signal
         of (interrupt, quit, suspend: C-c, C-\\, C-z unless a program changed them) - what the line
         discipline does once it reaches that key, done before the key is written so that it gets there.
         Input a program does not read queues up in the kernel, and a key written behind a full queue waits
         there with it: C-c after a large text sent to a busy program never interrupted it.  Nothing changes
-        while the terminal keeps input at a signal (``NOFLSH``) or makes no signals of keys (raw mode)."""
+        while the terminal keeps input at a signal (``NOFLSH``) or makes no signals of keys (raw mode).
+        Returns whether the input was thrown away."""
         if self.slave_fd < 0 or _CONTROL_KEYS.search(data) is None:
-            return
+            return False
         try:
             attrs = termios.tcgetattr(self.master_fd)
         except (OSError, termios.error):
-            return
+            return False
         if not attrs[3] & termios.ISIG or attrs[3] & termios.NOFLSH:
-            return
+            return False
         keys = (attrs[6][termios.VINTR], attrs[6][termios.VQUIT], attrs[6][termios.VSUSP])
         if any(isinstance(key, bytes) and key != b"\x00" and key in data for key in keys):
             self.discard_input()
+            return True
+        return False
 
     def discard_input(self) -> None:
         """Throw away the input no program has read (the line discipline's queue and what waits to enter it)."""

@@ -102,6 +102,8 @@ class Session:
         #: its prompt, and a query from its group is no command's (see :meth:`deliver_answers`).  True when
         #: no marker tells (a REPL: its answers are always delivered).
         self._typed_since_prompt = True
+        #: What :meth:`type_input` is still typing (text longer than the terminal takes at once).
+        self._typing: set[asyncio.Task[int]] = set()
         self.last_wait_reason: str | None = None
         #: The raw output count when the last send ended: its sender was shown the output up to there (a result,
         #: a job's output), so a viewer following up picks up after it.
@@ -444,11 +446,19 @@ class Session:
 
     def type_input(self, data: bytes) -> None:
         """Type ``data`` into the terminal without waiting, as a person at the keyboard would (less a key that
-        would stop the output, as for a send)."""
+        would stop the output, as for a send).  A key the terminal makes a signal of (C-c, C-\\, C-z) throws
+        away what was typed and not read, and what is still to be typed: at a terminal, nothing typed before
+        the key is read after it (it waited behind a long text a busy program did not read)."""
         if self.running and self.child is not None:
             self._typed_since_prompt = True
             self.child.restart_output()
-            self.loop.create_task(self.write_all(self.child.without_output_stop(data), time.monotonic() + 30.0))
+            if self.child.clear_input_for_signal_keys(data):
+                for typing in self._typing:
+                    typing.cancel()
+            task = self.loop.create_task(self.write_all(self.child.without_output_stop(data),
+                                                        time.monotonic() + 30.0))
+            self._typing.add(task)
+            task.add_done_callback(self._typing.discard)
 
     # -- sends -----------------------------------------------------------------------------
     def check_can_send(self) -> None:

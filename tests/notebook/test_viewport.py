@@ -92,6 +92,22 @@ def test_input_and_buttons_reach_the_session_from_other_threads(view, tools, age
     wait_for(lambda: "after" in view.snapshot())
 
 
+def test_ctrl_c_stops_a_long_text_still_being_typed(view, tools, agent, tmp_path):
+    """Ctrl-C after a long text typed into a program that reads it slowly: the key waited behind the text, and
+    the typing went on after it - the shell ran the rest of the text's lines as commands."""
+    reader = tmp_path / "reader.py"
+    reader.write_text("import sys, time\nfor line in sys.stdin:\n    print('took', flush=True)\n    time.sleep(0.01)\n")
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    tools.manager.sync.send(agent, view.session_id, SendRequest(f"python3 {reader}", timeout=10))
+    view.type_text("\n".join(f"touch {ran}/{i}" for i in range(3000)))
+    wait_for(lambda: "took" in view.snapshot())
+    view.press("Ctrl-C")
+    r = tools.manager.sync.send(agent, view.session_id, SendRequest(f"ls {ran} | wc -l", timeout=20))
+    assert r.wait_reason == "stdin_read" and r.viewport.splitlines()[-2:] == ["0", "$ "], r
+    assert not any(ran.iterdir())
+
+
 def test_program_output_is_escaped_and_neutralised(view, tools, agent):
     tools.manager.sync.send(agent, view.session_id, SendRequest(
         r"printf '<script>alert(1)</script> \e]52;c;SGVsbG8=\a\e]8;;javascript:alert(2)\e\\link\e]8;;\e\\ "
