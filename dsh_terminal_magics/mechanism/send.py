@@ -272,6 +272,8 @@ class SendOperation:
         #: While the rest of a text too long to write at once is written to a program the session's shell
         #: started (not to the shell): that program's process group (0 otherwise).
         self._writing_to = 0
+        #: While that rest is written to a command the shell or REPL runs (it was not at its prompt).
+        self._to_command = False
         self.marker_seen = False
         self.bell = False
         self._cursor = session.scrollback.completed_lines + 1
@@ -358,9 +360,10 @@ class SendOperation:
         return text
 
     # -- the send, on the loop -----------------------------------------------------------
-    def start(self, fence: Fence, written: int, later: Sequence[bytes] = ()) -> None:
+    def start(self, fence: Fence, written: int, later: Sequence[bytes] = (), to_command: bool = False) -> None:
         """Write the rest of the payload (its first ``written`` bytes are in; ``later``: its last pieces, each
-        written once the program has read what came before), then wait.
+        written once the program has read what came before), then wait.  ``to_command``: the session's shell
+        (or REPL) was not at its prompt - the text is for the command it runs (see :meth:`prompt_seen`).
 
         ``fence`` was taken just before the first write; the session replaces it (:attr:`fence`) whenever
         it writes the program more input of its own (answers to terminal queries).  The wait is driven by
@@ -371,6 +374,7 @@ class SendOperation:
         session = self.session
         rest = self.payload[written:len(self.payload) - sum(map(len, later))]
         if rest or later:
+            self._to_command = to_command
             pgid = session.foreground_pgid()
             if pgid not in (0, session.pid):
                 self._writing_to = pgid
@@ -401,7 +405,7 @@ class SendOperation:
                 raise
             return
         finally:
-            self._writing_to = 0
+            self._writing_to, self._to_command = 0, False
         self.unsent = size - written  # (the result says how much was never written: it is not written later)
         if written == size or self.text_cut_by is not None:  # (stopped: the wait for the prompt goes on)
             self._begin_wait()
@@ -420,6 +424,13 @@ class SendOperation:
         being written to, the text stops (see :meth:`_program_ended`)."""
         if self._writing_to and self.text_cut_by is None \
                 and all(stat.gone for stat in self.session.group_stats(self._writing_to)):
+            self._program_ended()
+
+    def prompt_seen(self) -> None:
+        """The session's shell (or REPL) printed its prompt: when the text is being written to a command it
+        ran - a program, or its own ``while read`` loop or ``input()`` - that command has ended (see
+        :meth:`_program_ended`); a text for the shell itself goes on past its commands' prompts."""
+        if self._to_command and self.text_cut_by is None:
             self._program_ended()
 
     def _program_ended(self) -> None:

@@ -102,8 +102,8 @@ class Session:
         #: its prompt, and a query from its group is no command's (see :meth:`deliver_answers`).  True when
         #: no marker tells (a REPL: its answers are always delivered).
         self._typed_since_prompt = True
-        #: What :meth:`type_input` is still typing (text longer than the terminal takes at once).
-        self._typing: set[asyncio.Task[int]] = set()
+        #: Counts the signal keys :meth:`type_input` typed: what it was typing before the last one stops.
+        self._typing_stopped = 0
         self.last_wait_reason: str | None = None
         #: The raw output count when the last send ended: its sender was shown the output up to there (a result,
         #: a job's output), so a viewer following up picks up after it.
@@ -351,6 +351,7 @@ class Session:
             if op is not None:
                 op.exit_code = codes[-1]
                 op.marker_seen = True
+                op.prompt_seen()
         if events.bells and op is not None:
             op.bell = True
         if self.screen.after_chunk(events) and op is not None:
@@ -453,12 +454,10 @@ class Session:
             self._typed_since_prompt = True
             self.child.restart_output()
             if self.child.clear_input_for_signal_keys(data):
-                for typing in self._typing:
-                    typing.cancel()
-            task = self.loop.create_task(self.write_all(self.child.without_output_stop(data),
-                                                        time.monotonic() + 30.0))
-            self._typing.add(task)
-            task.add_done_callback(self._typing.discard)
+                self._typing_stopped += 1
+            stops = self._typing_stopped
+            self.loop.create_task(self.write_all(self.child.without_output_stop(data), time.monotonic() + 30.0,
+                                                 lambda: self._typing_stopped != stops))
 
     # -- sends -----------------------------------------------------------------------------
     def check_can_send(self) -> None:
@@ -481,6 +480,12 @@ class Session:
         events = self._key_events(request, payload)
         if self.child is not None:
             self.child.clear_input_for_signal_keys(payload)
+        # A text written in parts goes to the shell, or to a command it runs (see SendOperation.prompt_seen):
+        # output not read yet may end with the shell's prompt - it is at it.
+        in_parts = bool(payload) and (len(events) > 1 or len(events[0]) > 4096)
+        if in_parts:
+            self.drain()
+        to_command = in_parts and self._typed_since_prompt
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         written = self.write_now(events[0][:4096]) if payload else 0  # the program starts on it at once
         if self.child is not None:
@@ -490,7 +495,7 @@ class Session:
         op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
         self.reservation = holder
         self.operation = op
-        op.start(fence, written, events[1:])
+        op.start(fence, written, events[1:], to_command)
         return op
 
     def _key_events(self, request: SendRequest, payload: bytes) -> list[bytes]:

@@ -104,9 +104,11 @@ def job_final(tools, agent, job: str):
 
 
 def files_made(tools, agent, shell, ran: Path) -> int:
-    """The number of files in ``ran``, once the session is back at its prompt."""
-    r = tools.call("terminal_send", {"sessionId": shell, "text": f"ls {ran} | wc -l", "timeout": 10}, agent=agent)
-    assert r.wait_reason == "stdin_read" and r.viewport.startswith(f"$ ls {ran} | wc -l\n"), r  # (nothing glued)
+    """The number of files in ``ran``, once the session is back at its prompt and runs a command as sent."""
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo next-$((6*7))", "timeout": 10}, agent=agent)
+    # Nothing glued to the command: it runs as sent (the line it is shown on may begin with the terminal's echo
+    # of input that was thrown away, as a terminal shows it).
+    assert r.wait_reason == "stdin_read" and "next-42" in r.viewport.splitlines(), r
     return len(list(ran.iterdir()))
 
 
@@ -146,6 +148,32 @@ def test_a_program_leaving_early_leaves_the_text_to_no_one(tools, agent, shell, 
     assert files_made(tools, agent, shell, ran) < 100
 
 
+@pytest.mark.parametrize("kind", ["shell", "python"])
+def test_a_reading_loop_of_the_shell_itself_that_ends_leaves_the_text_to_no_one(tools, agent, kind, tmp_path):
+    """The same when the reader is the shell's own ``while read`` loop, or ``input()`` in the python REPL: once
+    it ends - its prompt comes back - the rest of the text is not written and what is unread is thrown away
+    (the shell, or the REPL, ran all 3000 lines of it)."""
+    ran = tmp_path / "ran"
+    ran.mkdir()
+    sid = tools.call("terminal_open", {"type": kind}, agent=agent).session_id
+    if kind == "shell":
+        loop, line, check = ('while read l; do [ "$l" = END ] && break; echo "got $l"; done',
+                             "touch {}/{}", "echo next-$((6*7))")
+    else:
+        loop, line, check = ("while True:\n    l = input()\n    if l == 'END': break\n    print('got', l)\n\n",
+                             "open('{}/{}', 'w').close()", "print(f'next-{6*7}')")
+    tools.call("terminal_send", {"sessionId": sid, "text": loop}, agent=agent)
+    text = "a\nb\nEND\n" + "\n".join(line.format(ran, i) for i in range(3000))
+    job = tools.call("terminal_send", {"sessionId": sid, "text": text, "run_in_background": True, "timeout": 60},
+                     agent=agent).job_id
+    final = job_final(tools, agent, job)
+    assert "input cut: the program the input was for ended" in final.detail, final
+    r = tools.call("terminal_send", {"sessionId": sid, "text": check, "timeout": 20}, agent=agent)
+    assert r.wait_reason == "stdin_read" and "next-42" in r.viewport.splitlines()[1], r  # (nothing glued)
+    assert len(list(ran.iterdir())) < 300  # (the prompt is seen later than a program's end: a few may run)
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+
+
 def test_job_kill_interrupts_once(tools, agent, shell, tmp_path):
     """One interrupt, not one every 0.1 s until the prompt is back: a program that cleans up on Ctrl-C takes
     a second one as "stop now" (this one's clean-up was cut short by the second of a stream of them)."""
@@ -154,7 +182,7 @@ def test_job_kill_interrupts_once(tools, agent, shell, tmp_path):
                        "except KeyboardInterrupt:\n    print('cleaning up', flush=True)\n    try:\n"
                        "        time.sleep(1)\n        print('cleaned up', flush=True)\n"
                        "    except KeyboardInterrupt:\n        print('clean-up cut short', flush=True)\n")
-    job = tools.call("terminal_send", {"sessionId": shell, "text": f"python3 {program}",
+    job = tools.call("terminal_send", {"sessionId": shell, "text": f"python3 {program}", "idle": 60,
                                        "run_in_background": True}, agent=agent).job_id
     seen = [""]
     deadline = time.monotonic() + 30
@@ -187,7 +215,8 @@ def test_a_second_ctrl_c_during_a_call_interrupts_again(tools, agent, shell, tmp
     presser = threading.Thread(target=press_ctrl_c_twice)
     presser.start()
     with pytest.raises(KeyboardInterrupt):
-        tools.call("terminal_send", {"sessionId": shell, "text": f"python3 {program}", "timeout": 30}, agent=agent)
+        tools.call("terminal_send", {"sessionId": shell, "text": f"python3 {program}", "timeout": 30, "idle": 30},
+                   agent=agent)
     presser.join()
     r = tools.call("terminal_send", {"sessionId": shell, "text": "echo $?"}, agent=agent)
     assert r.viewport.splitlines()[1:] == ["0", "$ "]  # (the clean-up's handler ended it normally)
