@@ -265,7 +265,7 @@ def test_input_in_transit_to_the_terminal_counts_as_unread(manager, agent, shell
     def write_and_count() -> list[int]:
         session = manager.session(agent, shell)
         counts = []
-        for _ in range(20):
+        for _ in range(30):
             session.write_now(b"#\n")
             counts.append(session.probe.unread_input())
             os.read(session.probe.slave_fd, 100)  # (as a reader would: the next line is the only one)
@@ -297,14 +297,19 @@ def test_looks_back_to_back_let_the_program_have_the_cpu(manager, agent, shell, 
     monkeypatch.setattr(send_module.SendOperation, "_step", counting_step)
     os.sched_setaffinity(session.pid, {cpu})  # (what the shell starts inherits it)
     os.sched_setaffinity(loop_thread, {cpu})
+    per_round = []
     try:
-        for _ in range(10):
+        for _ in range(30):
+            looks[0] = 0
             r = send(manager, agent, shell, "sleep 0; x=$((6*7)); read y")
             assert r.wait_reason == "stdin_read", r
             send(manager, agent, shell, "", keys=["C-d"], submit=False)
+            per_round.append(looks[0])
     finally:
         os.sched_setaffinity(loop_thread, allowed)
-    assert looks[0] <= 600, looks  # (20 sends; 20-300 here, and 1500-3000 when the looks kept the CPU)
+    # (A send and its C-d: 2-45 looks here; when the looks kept the CPU, 0-5 rounds in 20 took 200-1000.  One
+    # such round may be the host holding the shell back - 1049 looks in 10 rounds, once, in a CI run.)
+    assert sum(1 for n in per_round if n > 150) <= 1, per_round
 
 
 def test_cpu_loop_times_out(manager, agent, shell):
