@@ -265,7 +265,7 @@ def test_input_in_transit_to_the_terminal_counts_as_unread(manager, agent, shell
     def write_and_count() -> list[int]:
         session = manager.session(agent, shell)
         counts = []
-        for _ in range(30):
+        for _ in range(20):
             session.write_now(b"#\n")
             counts.append(session.probe.unread_input())
             os.read(session.probe.slave_fd, 100)  # (as a reader would: the next line is the only one)
