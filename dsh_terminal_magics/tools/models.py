@@ -13,7 +13,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr
                       StrictStr, ValidationError, model_validator)
 
 from ..vocabulary import (COLS_RANGE, DEFAULT_READ_LINES, MAX_READ_LINES, MAX_WAIT_SECONDS, ROWS_RANGE, JobStatus,
-                          SessionStatus, SignalName, WaitReason, signal_name)
+                          SessionStatus, SignalName, TextCut, WaitReason, signal_name)
 
 
 def _canonical_signal(value: Any) -> Any:
@@ -193,13 +193,12 @@ class ForegroundSendResult(_Result):
     #: Bytes of the input never written: the wait ended while the program did not read (see :func:`unsent_note`).
     unsent: Optional[int] = Field(None, exclude_if=lambda v: v is None)
     #: Not part of the seed's JSON: (raw output, screen text, interrupted, text cut by), set by
-    #: :meth:`with_extras` - a
-    #: plain slot, not a pydantic private attribute: those are set up (in Python) on every result, which cost
-    #: more than the rest of the result together on the hot path of every send.
+    #: :meth:`with_extras` - a plain slot, not a pydantic private attribute: those are set up (in Python) on every
+    #: result, which cost more than the rest of the result together on the hot path of every send.
     __slots__ = ("_extras",)
 
     def with_extras(self, raw_output: bytes, screen_text: Optional[str], interrupted: bool,
-                    text_cut_by: Optional[str] = None) -> "ForegroundSendResult":
+                    text_cut_by: Optional[TextCut] = None) -> "ForegroundSendResult":
         """This result, carrying what the seed's JSON leaves out (see the properties below)."""
         object.__setattr__(self, "_extras", (raw_output, screen_text, interrupted, text_cut_by))  # (frozen fields)
         return self
@@ -224,7 +223,7 @@ class ForegroundSendResult(_Result):
         return bool(self._extra(2, False))
 
     @property
-    def text_cut_by(self) -> Optional[str]:
+    def text_cut_by(self) -> Optional[TextCut]:
         """Why the text was stopped before its end (``signal``, ``program_ended``; see :attr:`unsent`)."""
         return self._extra(3, None)  # type: ignore[no-any-return]
 

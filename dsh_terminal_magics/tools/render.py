@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
+from ..vocabulary import TextCut
 from .models import (BackgroundSendResult, CloseResult, ForegroundSendResult, JobKillResult, JobOutputResult,
                      OpenResult, ReadResult, RecordResult, ResizeResult, SessionEntry, SessionList, SignalResult)
 
@@ -81,7 +82,7 @@ def lines_meta(begin: int, end: int, total: int) -> str:
     return f"[lines: {begin}-{end} of {total}]"
 
 
-def unsent_note(unsent: int, cut_by: str | None = None) -> str:
+def unsent_note(unsent: int, cut_by: TextCut | None = None) -> str:
     """What to tell about input a send never wrote: the program stopped reading and the wait ended, or
     (``cut_by``, see :data:`~dsh_terminal_magics.vocabulary.TextCut`) the text was stopped."""
     if cut_by == "signal":
