@@ -448,13 +448,16 @@ class Session:
     def type_input(self, data: bytes) -> None:
         """Type ``data`` into the terminal without waiting, as a person at the keyboard would (less a key that
         would stop the output, as for a send).  A key the terminal makes a signal of (C-c, C-\\, C-z) throws
-        away what was typed and not read, and what is still to be typed: at a terminal, nothing typed before
-        the key is read after it (it waited behind a long text a busy program did not read)."""
+        away what was typed and not read, and what is still to be typed - by the viewport or by a send: at a
+        terminal, nothing typed before the key is read after it (it waited behind a long text a busy program
+        did not read)."""
         if self.running and self.child is not None:
             self._typed_since_prompt = True
             self.child.restart_output()
             if self.child.clear_input_for_signal_keys(data):
                 self._typing_stopped += 1
+                if self.operation is not None:  # (a send's text too: the program it was for is signalled)
+                    self.operation.stop_text()
             stops = self._typing_stopped
             self.loop.create_task(self.write_all(self.child.without_output_stop(data), time.monotonic() + 30.0,
                                                  lambda: self._typing_stopped != stops))

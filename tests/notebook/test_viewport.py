@@ -16,6 +16,7 @@ from dsh_terminal_magics.mechanism import SendRequest
 from dsh_terminal_magics.notebook.ansi_html import strip_sgr
 from dsh_terminal_magics.notebook.viewport import TerminalViewport
 from tests.conftest import wait_for
+from tests.tools.test_tools import SLOW_READER, files_made, job_final, start_long_text
 
 
 class RecordingComm:
@@ -106,6 +107,17 @@ def test_ctrl_c_stops_a_long_text_still_being_typed(view, tools, agent, tmp_path
     r = tools.manager.sync.send(agent, view.session_id, SendRequest(f"ls {ran} | wc -l", timeout=20))
     assert r.wait_reason == "stdin_read" and r.viewport.splitlines()[-2:] == ["0", "$ "], r
     assert not any(ran.iterdir())
+
+
+def test_ctrl_c_typed_stops_an_agents_long_text_too(view, tools, agent, tmp_path):
+    """The viewport's Ctrl-C while an agent's send is writing a long text to a slow reader: the key threw away
+    what was typed, but the send went on writing its text, and the shell ran its lines once the reader was
+    interrupted."""
+    job, ran = start_long_text(tools, agent, view.session_id, tmp_path, SLOW_READER)
+    view.press("Ctrl-C")
+    assert job_final(tools, agent, job).status != "running"
+    assert files_made(tools, agent, view.session_id, ran) == 0
+    assert "input cut by the interrupt or signal" in tools.call("job_output", {"jobId": job}, agent=agent).detail
 
 
 def test_program_output_is_escaped_and_neutralised(view, tools, agent):
