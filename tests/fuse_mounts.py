@@ -19,9 +19,10 @@ import pytest
 _IN_HEADER = struct.Struct("<IIQQIIIHH")
 _OUT_HEADER = struct.Struct("<IiQ")
 _ATTR = struct.Struct("<QQQQQQIIIIIIIIII")
-_INIT, _LOOKUP, _GETATTR, _OPEN, _OPENDIR, _RELEASE, _RELEASEDIR = 26, 1, 3, 14, 27, 18, 29
-#: FORGET, INTERRUPT, BATCH_FORGET: no answer is expected; READ and FLUSH: none is given.
-_UNANSWERED = {2, 36, 42, 15, 25}
+_INIT, _LOOKUP, GETATTR, _OPEN, _OPENDIR, _RELEASE, _RELEASEDIR = 26, 1, 3, 14, 27, 18, 29
+READ, FLUSH, POLL = 15, 25, 40
+#: FORGET, INTERRUPT, BATCH_FORGET: no answer is expected.
+_NO_ANSWER = {2, 36, 42}
 MNT_DETACH = 2
 
 
@@ -47,10 +48,18 @@ class HungMount:
 
 
 class StuckFile(HungMount):
-    """A FUSE mount at ``path`` holding one file, ``f``, whose reads are never answered."""
+    """A FUSE mount at ``path`` holding one file, ``f``, whose reads are never answered.
 
-    def __init__(self, path: str) -> None:
+    ``unanswered``: the requests left unanswered (by opcode; may be changed while it serves); ``content``: what
+    a read of ``f`` gets when it is answered; ``attr_seconds``: how long the kernel may keep ``f``'s attributes
+    (0: every ``stat`` asks)."""
+
+    def __init__(self, path: str, unanswered: set[int] | None = None, content: bytes = b"",
+                 attr_seconds: int = 1) -> None:
         super().__init__(path)
+        self.unanswered = {READ, FLUSH} if unanswered is None else unanswered
+        self.content = content
+        self._attr_seconds = attr_seconds
         self._stopping = False
         self._server = threading.Thread(target=self._serve, daemon=True)
         self._server.start()
@@ -71,23 +80,26 @@ class StuckFile(HungMount):
             except OSError:
                 return
             length, opcode, unique, node = _IN_HEADER.unpack_from(request)[:4]
-            if opcode not in _UNANSWERED:
+            if opcode not in _NO_ANSWER and opcode not in self.unanswered:
                 error, body = self._answer(opcode, node, request[_IN_HEADER.size:length])
                 os.write(self.fd, _OUT_HEADER.pack(_OUT_HEADER.size + len(body), -error, unique) + body)
 
-    @staticmethod
-    def _answer(opcode: int, node: int, body: bytes) -> tuple[int, bytes]:
+    def _answer(self, opcode: int, node: int, body: bytes) -> tuple[int, bytes]:
+        valid = self._attr_seconds
         if opcode == _INIT:
             minor = struct.unpack_from("<II", body)[1]
             return 0, struct.pack("<IIIIHHIIHHII", 7, min(minor, 31), 0, 0, 16, 12, 4096, 1, 1, 0, 0, 0) + bytes(24)
         if opcode == _LOOKUP:
             if node == 1 and body.split(b"\0")[0] == b"f":
-                return 0, struct.pack("<QQQQII", 2, 0, 1, 1, 0, 0) + _attr(2)
+                return 0, struct.pack("<QQQQII", 2, 0, valid, valid, 0, 0) + _attr(2)
             return errno.ENOENT, b""
-        if opcode == _GETATTR:
-            return 0, struct.pack("<QII", 1, 0, 0) + _attr(node)
+        if opcode == GETATTR:
+            return 0, struct.pack("<QII", valid, 0, 0) + _attr(node)
         if opcode in (_OPEN, _OPENDIR):
-            return 0, struct.pack("<QII", 1, 0, 0)
+            return 0, struct.pack("<QII", 1, 0, 0)  # (no FOPEN_KEEP_CACHE: an open drops f's cached pages)
+        if opcode == READ:
+            offset, size = struct.unpack_from("<QQI", body)[1:3]
+            return 0, self.content[offset:offset + size]
         if opcode in (_RELEASE, _RELEASEDIR):
             return 0, b""
         return errno.ENOSYS, b""

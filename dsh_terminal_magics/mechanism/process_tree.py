@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import os
+import queue
 import resource
 import signal
 import termios
@@ -112,6 +113,105 @@ def read_proc(path: str, size: int = 65536, offset: int = 0) -> bytes | None:
         os.close(fd)
 
 
+#: How long a reader waits for a read that can wait on the process it reads (see :class:`GuardedReads`).
+GUARDED_READ_SECONDS = 0.25
+#: Reads given up on that may still be waiting, at most; past that, no such read is tried (each holds a thread).
+MAX_STUCK_READS = 4
+
+
+class GuardedReads:
+    """Reads of ``/proc`` files that can wait on the process they describe, each done by a worker thread and
+    given up on after :data:`GUARDED_READ_SECONDS`.
+
+    Reading a process's memory (``/proc/PID/mem``: a poll's fds, a sleep's timeout) brings its pages in, and
+    a page of a file on a FUSE mount the program serves itself - any session can mount one, in a user
+    namespace of its own - waits for that server, for ever and uninterruptibly if it never answers; an epoll's
+    ``fdinfo`` waits for the epoll's lock, which a thread adding a FUSE file to it holds while the server does
+    not answer.  Read on the loop, either hung every session, and every cell waiting on one, for good.
+
+    A read given up on leaves its worker to finish or not (a new one serves the next read), and its pid is
+    read no more until it does; :data:`MAX_STUCK_READS` such reads at once, and no guarded read is tried."""
+
+    def __init__(self) -> None:
+        self._worker: _Worker | None = None
+        self._lock = threading.Lock()
+        #: Pids with a read given up on that has not finished: the number of such reads for each.
+        self._stuck: dict[int, int] = {}
+
+    def read(self, path: str, pid: int, size: int = 65536, offset: int = 0) -> bytes | None:
+        """:func:`read_proc` of ``pid``'s ``path``, or None when it failed, took too long or was not tried."""
+        with self._lock:
+            if pid in self._stuck or sum(self._stuck.values()) >= MAX_STUCK_READS:
+                return None
+            if self._worker is None:
+                self._worker = _Worker(self._finished_late)
+            worker = self._worker
+        request = _Read(path, pid, size, offset)
+        worker.requests.put(request)
+        if request.done.acquire(timeout=GUARDED_READ_SECONDS):
+            return request.result
+        with self._lock:
+            if request.abandon():  # (it may have finished just now: then nothing is stuck)
+                self._stuck[pid] = self._stuck.get(pid, 0) + 1
+                self._worker = None
+                worker.requests.put(None)  # (ends it once its read comes back)
+                return None
+        return request.result
+
+    def _finished_late(self, request: "_Read") -> None:
+        with self._lock:
+            left = self._stuck.get(request.pid, 0) - 1
+            if left > 0:
+                self._stuck[request.pid] = left
+            else:
+                self._stuck.pop(request.pid, None)
+
+
+class _Read:
+    """One guarded read: done (its lock released) by the worker, or abandoned by the reader first."""
+
+    def __init__(self, path: str, pid: int, size: int, offset: int) -> None:
+        self.path, self.pid, self.size, self.offset = path, pid, size, offset
+        self.result: bytes | None = None
+        self.done = threading.Lock()
+        self.done.acquire()
+        self._state = threading.Lock()
+        self._abandoned = False
+        self._finished = False
+
+    def run(self) -> bool:
+        """Do the read; returns whether it was abandoned meanwhile."""
+        result = read_proc(self.path, self.size, self.offset)
+        with self._state:
+            self.result, self._finished = result, True
+            self.done.release()
+            return self._abandoned
+
+    def abandon(self) -> bool:
+        """Give up on the read unless it finished; returns whether it was given up on."""
+        with self._state:
+            self._abandoned = not self._finished
+            return self._abandoned
+
+
+class _Worker:
+    """A daemon thread doing guarded reads one after another until it is sent None."""
+
+    def __init__(self, finished_late: Callable[[_Read], None]) -> None:
+        self.requests: queue.SimpleQueue[_Read | None] = queue.SimpleQueue()
+        self._finished_late = finished_late
+        threading.Thread(target=self._serve, name="dsh-terminal-proc-read", daemon=True).start()
+
+    def _serve(self) -> None:
+        while (request := self.requests.get()) is not None:
+            if request.run():
+                self._finished_late(request)
+
+
+#: The process's guarded reads (one worker serves every session's).
+guarded_reads = GuardedReads()
+
+
 def read_stat(pid: int, tid: int | None = None) -> ProcessStat | None:
     """Read one process (or thread) stat; ``None`` when it does not exist or cannot be read."""
     return stat_of(read_proc(stat_path(pid, tid)), pid)
@@ -187,8 +287,9 @@ class ProcFiles:
         return self._pread(path, 65536, 0, exact=False)
 
     def memory(self, pid: int, address: int, size: int) -> bytes:
-        """``size`` bytes of ``pid``'s memory at ``address`` (raises ``OSError``/``ValueError`` when short)."""
-        data = self._pread(f"/proc/{pid}/mem", size, address, exact=True)
+        """``size`` bytes of ``pid``'s memory at ``address`` (raises ``ValueError`` when short, failed or given
+        up on: a read of memory can wait on the program - see :class:`GuardedReads`)."""
+        data = guarded_reads.read(f"/proc/{pid}/mem", pid, size, address)
         if data is None or len(data) != size:
             raise ValueError("short read of process memory")
         return data

@@ -49,7 +49,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping
 
-from .process_tree import HAVE_PROC, ProcFiles, ProcessStat, process_table, stat_of, stat_path
+from .process_tree import (HAVE_PROC, ProcFiles, ProcessStat, guarded_reads, process_table, read_proc, stat_of,
+                           stat_path)
 
 #: Waits with a timeout shorter than this (seconds) are timers, not prompts.
 SHORT_WAIT = 0.05
@@ -141,14 +142,15 @@ _PTS_MAJORS = range(136, 144)
 @dataclass(frozen=True)
 class _Terminal:
     """A terminal as a check matches it: its path as ``/proc/PID/fd`` links show it, its device number as
-    ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal (for ``/dev/tty``), and the identity of its
-    node (``st_dev``, ``st_ino``) when the session has a /dev of its own (None otherwise), which matches it
-    under any other name: a sandbox's private ``/dev`` shows it as ``/dev/console`` (``ttyname`` there, so
-    ``GPG_TTY``), and a pts of the sandbox's own devpts may share its path and number but not its node."""
+    ``tty_nr`` in ``/proc/PID/stat`` shows a controlling terminal (for ``/dev/tty``), and, when the session has
+    a /dev of its own (None otherwise), the mount id and inode number of our open pts (see
+    :func:`_fd_identity`): a sandbox's private ``/dev`` shows it as ``/dev/console`` (``ttyname`` there, so
+    ``GPG_TTY``; a bind mount: the same inode on a mount of its own), and a pts of the sandbox's own devpts
+    may share its path and number but not its mount."""
 
     path: str
     rdev: int | None
-    node: tuple[int, int] | None = None
+    node: tuple[int, int | None] | None = None
 
 
 @dataclass
@@ -167,8 +169,8 @@ class ReadinessProbe:
     def __init__(self, master_fd: int, slave_fd: int, tty_path: str, leader_pid: int,
                  private_dev: bool = False) -> None:
         """``private_dev``: the session has a /dev of its own (a sandbox), where our terminal has another name
-        and a pts of its own devpts may share our pts's path: then a wait is matched by the node, not the path
-        (one ``stat`` more per look; elsewhere the path is unique).  ``slave_fd`` is -1 (and ``tty_path``
+        and a pts of its own devpts may share our pts's path: then a wait is matched by the open file's mount
+        and inode, not the path (one ``fdinfo`` read more per look; elsewhere the path is unique).  ``slave_fd`` is -1 (and ``tty_path``
         empty) when the program was gone before its terminal could be opened: nothing is observed then."""
         self.master_fd = master_fd
         self.slave_fd = slave_fd
@@ -211,7 +213,9 @@ class ReadinessProbe:
         except OSError:
             self.tty_rdev = None
         #: The terminal the check is looking at: ours, or the inner one of a relay (see the module docstring).
-        self._terminal = _Terminal(tty_path, self.tty_rdev, _node(tty_path) if tty_path and private_dev else None)
+        self._terminal = _Terminal(tty_path, self.tty_rdev,
+                                   _fd_identity(read_proc(f"/proc/self/fdinfo/{slave_fd}"))
+                                   if private_dev and slave_fd >= 0 else None)
         self._relay_depth = 0
         #: PTY masters among the fds of the wait just read; processes found under relays by this check.
         self._masters: list[int] = []
@@ -1291,9 +1295,13 @@ class ReadinessProbe:
             return stat is not None and stat.tty_nr == terminal.rdev
         if terminal.node is None:
             return target == terminal.path
-        # By the node, under any name (a private /dev's console, a bind mount); only device paths are looked at
-        # (not pipes, sockets).
-        return target.startswith("/dev/") and _node(f"/proc/{pid}/fd/{fd}") == terminal.node
+        # By the open file's mount and inode, never by a stat (see _fd_identity); only device paths are looked
+        # at (not pipes, sockets).
+        if not target.startswith("/dev/"):
+            return False
+        found = _fd_identity(self._files.read(f"/proc/{pid}/fdinfo/{fd}"))
+        return found is not None and found[1] == terminal.node[1] \
+            and (found[0] == terminal.node[0] or target == "/dev/console")
 
     def _wait_timeout(self, pid: int, name: str, args: list[int]) -> float | None:
         """A tty wait's timeout in seconds (``math.inf``: none), or None for a timer (under :data:`SHORT_WAIT`)."""
@@ -1306,6 +1314,8 @@ class ReadinessProbe:
         seconds = self._wait_timeout(pid, name, args)
         if seconds is None or not readfds or nfds <= 0 or nfds > 65536:
             return False
+        if nfds == 1:  # (fd 0 or nothing: bash's and Python's readline wait so - no memory read, the hot path)
+            return self._reads_tty(pid, [0], seconds)
         looked = min(nfds, MAX_FDS_LOOKED)
         bits = self._files.memory(pid, readfds, (looked + 7) // 8)
         fds = [index * 8 + bit for index, byte in enumerate(bits) if byte for bit in range(8) if byte & (1 << bit)]
@@ -1322,7 +1332,9 @@ class ReadinessProbe:
 
     def _epoll_reads_tty(self, pid: int, name: str, args: list[int]) -> bool:
         seconds = self._wait_timeout(pid, name, args)
-        info = self._text(f"/proc/{pid}/fdinfo/{args[0]}") if seconds is not None else None
+        # (An epoll's fdinfo waits for its lock, which can be held for good: a guarded read, see GuardedReads.)
+        raw = guarded_reads.read(f"/proc/{pid}/fdinfo/{args[0]}", pid) if seconds is not None else None
+        info = None if raw is None else raw.decode("ascii", "replace")
         if seconds is None or info is None:
             return False
         fds = []
@@ -1407,13 +1419,16 @@ def _fd_links(pid: int | str, limit: int | None = None) -> set[str]:
 _HOLDERS = _HolderSearch()
 
 
-def _node(path: str) -> tuple[int, int] | None:
-    """The identity (``st_dev``, ``st_ino``) of the file at ``path`` (``/proc/PID/fd/N``: the open file's)."""
+def _fd_identity(fdinfo: bytes | None) -> tuple[int, int | None] | None:
+    """An open file's mount id and inode number (None before Linux 5.14, which shows no ``ino``) from its
+    ``fdinfo``, or None.  A ``stat`` of ``/proc/PID/fd/N`` would ask the file's file system, and a program can
+    serve one itself (FUSE, in a user namespace of its own, as any session can): a read of such a file under a
+    private ``/dev``, with ``GETATTR`` left unanswered, held the loop in that stat for good."""
+    fields = dict(line.split(b":", 1) for line in (fdinfo or b"").splitlines() if b":" in line)
     try:
-        st = os.stat(path)
-    except OSError:
+        return int(fields[b"mnt_id"]), int(fields[b"ino"]) if b"ino" in fields else None
+    except (KeyError, ValueError):
         return None
-    return st.st_dev, st.st_ino
 
 
 def _unix_peer(inode: int) -> int | None:
