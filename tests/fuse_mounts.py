@@ -19,7 +19,7 @@ import pytest
 _IN_HEADER = struct.Struct("<IIQQIIIHH")
 _OUT_HEADER = struct.Struct("<IiQ")
 _ATTR = struct.Struct("<QQQQQQIIIIIIIIII")
-_INIT, _LOOKUP, GETATTR, _OPEN, _OPENDIR, _RELEASE, _RELEASEDIR = 26, 1, 3, 14, 27, 18, 29
+_INIT, _LOOKUP, _GETATTR, _OPEN, _OPENDIR, _RELEASE, _RELEASEDIR = 26, 1, 3, 14, 27, 18, 29
 READ, FLUSH, POLL = 15, 25, 40
 #: FORGET, INTERRUPT, BATCH_FORGET: no answer is expected.
 _NO_ANSWER = {2, 36, 42}
@@ -51,15 +51,12 @@ class StuckFile(HungMount):
     """A FUSE mount at ``path`` holding one file, ``f``, whose reads are never answered.
 
     ``unanswered``: the requests left unanswered (by opcode; may be changed while it serves); ``content``: what
-    a read of ``f`` gets when it is answered; ``attr_seconds``: how long the kernel may keep ``f``'s attributes
-    (0: every ``stat`` asks)."""
+    a read of ``f`` gets when it is answered."""
 
-    def __init__(self, path: str, unanswered: set[int] | None = None, content: bytes = b"",
-                 attr_seconds: int = 1) -> None:
+    def __init__(self, path: str, unanswered: set[int] | None = None, content: bytes = b"") -> None:
         super().__init__(path)
         self.unanswered = {READ, FLUSH} if unanswered is None else unanswered
         self.content = content
-        self._attr_seconds = attr_seconds
         self._stopping = False
         self._server = threading.Thread(target=self._serve, daemon=True)
         self._server.start()
@@ -85,16 +82,15 @@ class StuckFile(HungMount):
                 os.write(self.fd, _OUT_HEADER.pack(_OUT_HEADER.size + len(body), -error, unique) + body)
 
     def _answer(self, opcode: int, node: int, body: bytes) -> tuple[int, bytes]:
-        valid = self._attr_seconds
         if opcode == _INIT:
             minor = struct.unpack_from("<II", body)[1]
             return 0, struct.pack("<IIIIHHIIHHII", 7, min(minor, 31), 0, 0, 16, 12, 4096, 1, 1, 0, 0, 0) + bytes(24)
         if opcode == _LOOKUP:
             if node == 1 and body.split(b"\0")[0] == b"f":
-                return 0, struct.pack("<QQQQII", 2, 0, valid, valid, 0, 0) + _attr(2)
+                return 0, struct.pack("<QQQQII", 2, 0, 1, 1, 0, 0) + _attr(2)
             return errno.ENOENT, b""
-        if opcode == GETATTR:
-            return 0, struct.pack("<QII", valid, 0, 0) + _attr(node)
+        if opcode == _GETATTR:
+            return 0, struct.pack("<QII", 1, 0, 0) + _attr(node)
         if opcode in (_OPEN, _OPENDIR):
             return 0, struct.pack("<QII", 1, 0, 0)  # (no FOPEN_KEEP_CACHE: an open drops f's cached pages)
         if opcode == READ:

@@ -4,10 +4,10 @@ session, in a user and mount namespace of its own: ``unshare -Urm python3 hostil
 It mounts :class:`~tests.fuse_mounts.StuckFile` at DIR and forks a child that waits in a way that a look at
 it reads ``f`` (while the server, this process, leaves those requests unanswered):
 
-- ``stat``: the child reads ``f``, which is not answered, nor is a ``stat`` of ``f`` (``GETATTR``) once it is
-  open: DIR under a private ``/dev``, where a look identifies a device path it waits on.
 - ``mem``: the child sleeps 60 s with the ``timespec`` it passed in a page of ``f`` it mapped; then its
   cached pages are dropped and a read of ``f`` is not answered: a look at the sleep's timeout reads that page.
+- ``tty``: the child reads the terminal into a page of ``f`` it mapped, and a read of ``f`` is not answered:
+  once input comes, the terminal's read holds the terminal's locks while it waits to copy it there.
 - ``epoll``: one thread of the child waits in ``epoll_wait``, another adds ``f`` to that epoll, whose poll
   (``POLL``) is not answered: the adding thread holds the epoll's lock, which reading its ``fdinfo`` waits for.
 
@@ -25,14 +25,14 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from tests.fuse_mounts import GETATTR, POLL, READ, StuckFile  # noqa: E402
+from tests.fuse_mounts import POLL, READ, StuckFile  # noqa: E402
 
 
 def main(mode: str, directory: str) -> None:
     os.makedirs(directory, exist_ok=True)
     timespec = struct.pack("qq", 60, 0)
-    unanswered = {"stat": {READ}, "mem": set(), "epoll": {POLL}}[mode]
-    server = StuckFile(directory, unanswered=unanswered, content=timespec, attr_seconds=0)
+    unanswered = {"mem": set(), "tty": {READ}, "epoll": {POLL}}[mode]
+    server = StuckFile(directory, unanswered=unanswered, content=timespec)
     path = os.path.join(directory, "f")
     ready_read, ready_write = os.pipe()
     if os.fork() == 0:
@@ -42,21 +42,13 @@ def main(mode: str, directory: str) -> None:
         os._exit(0)
     os.close(ready_write)
     os.read(ready_read, 1)
-    if mode == "stat":
-        server.unanswered.add(GETATTR)
-    elif mode == "mem":
+    if mode == "mem":
         time.sleep(0.3)  # (the child is in its sleep by then)
         server.unanswered.add(READ)
         os.close(os.open(path, os.O_RDONLY))  # (an open drops the cached pages, and the child's mapping of them)
     print("ready", flush=True)
     while True:
         time.sleep(1000)
-
-
-def read_it(path: str, ready: int) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    os.write(ready, b"x")
-    os.read(fd, 10)
 
 
 def sleep_on_it(path: str, ready: int) -> None:
@@ -66,6 +58,14 @@ def sleep_on_it(path: str, ready: int) -> None:
     assert mapping[:16] == struct.pack("qq", 60, 0)
     os.write(ready, b"x")
     ctypes.CDLL(None).nanosleep(ctypes.c_void_p(address), None)
+
+
+def read_the_terminal_into_it(path: str, ready: int) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    mapping = mmap.mmap(fd, 16, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+    os.write(ready, b"x")
+    ctypes.CDLL(None).read(0, ctypes.c_void_p(address), 4096)
 
 
 def poll_it(path: str, ready: int) -> None:
@@ -78,7 +78,7 @@ def poll_it(path: str, ready: int) -> None:
     epoll.register(fd, select.EPOLLIN)
 
 
-CHILDREN = {"stat": read_it, "mem": sleep_on_it, "epoll": poll_it}
+CHILDREN = {"mem": sleep_on_it, "tty": read_the_terminal_into_it, "epoll": poll_it}
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])

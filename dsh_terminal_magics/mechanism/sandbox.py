@@ -44,6 +44,7 @@ SandboxMode = Literal["off", "read-only", "workspace-write"]
 
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _IOCTL_NR = {"x86_64": 16, "aarch64": 29}
+_USERFAULTFD_NR = {"x86_64": 323, "aarch64": 282}
 #: ioctls that inject input into a terminal.
 _DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 _SECCOMP_RET_ALLOW = 0x7FFF0000
@@ -137,10 +138,13 @@ class Sandbox:
         # memory, semaphores and message queues of the user's other programs (a desktop's X clients share
         # their windows' pixels that way) are not there.
         if self.mode == "off":
-            return Wrapped([bwrap, "--dev-bind", "/", "/", "--dev", "/dev", *_shared_devices("/dev"), *_PROC,
-                            *_kernel_masks(cwd, workspace), *_contained_root_limits(), "--unshare-pid",
-                            "--unshare-ipc", "--as-pid-1", "--die-with-parent", "--chdir", cwd, "--", *_INIT,
-                            *argv], [])
+            args = [bwrap, "--dev-bind", "/", "/", "--dev", "/dev", *_shared_devices("/dev"), *_PROC,
+                    *_kernel_masks(cwd, workspace), *_contained_root_limits(), "--unshare-pid", "--unshare-ipc",
+                    "--as-pid-1", "--die-with-parent"]
+            filter_fds = [seccomp_filter_fd()] if platform.machine() in _AUDIT_ARCH else []
+            for fd in filter_fds:
+                args += ["--seccomp", str(fd)]
+            return Wrapped([*args, "--chdir", cwd, "--", *_INIT, *argv], filter_fds)
         # No capabilities (bubblewrap keeps root's): root could remount the read-only file system writable,
         # unmount the namespace's /proc to find the host's under it, or make a node for a raw disk.
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_PROC,
@@ -210,11 +214,15 @@ _CONTAINED_ROOT_CAPABILITIES = {
 
 #: The host's devices a contained session's private /dev shows (names in ``/dev``, shell patterns): GPUs and
 #: other accelerators (NVIDIA's, DRM's render nodes, AMD's compute, the kernel's accel class and TPU VMs'
-#: ``accel0``..., WSL's), KVM and FUSE - what an agent's work uses.  Nothing else: no terminal (``pts``,
-#: ``tty*``, ``vcs*``: other sessions' keystrokes and screens), no block device (raw disks, swap), no input
-#: device (a keylogger, or typing into the host's desktop through ``uinput``), no ``mem``, ``kmsg`` or
-#: ``watchdog``.
-SHARED_DEVICES = ("nvidia*", "dri", "kfd", "accel*", "dxg", "kvm", "fuse")
+#: ``accel0``..., WSL's) and KVM - what an agent's work uses.  Nothing else: no terminal (``pts``, ``tty*``,
+#: ``vcs*``: other sessions' keystrokes and screens), no block device (raw disks, swap), no input device (a
+#: keylogger, or typing into the host's desktop through ``uinput``), no ``mem``, ``kmsg`` or ``watchdog``, and
+#: no ``fuse`` or ``userfaultfd``: with either a program makes a page of its own memory wait on it for ever,
+#: and whatever touches that page waits with it - a read of the terminal copying input there holds the
+#: terminal's locks, and the loop's next look at the terminal (its unread input) waited for good.  (FUSE
+#: worked there only in a user namespace of the session's own: ``no_new_privs`` keeps ``fusermount`` from
+#: mounting, and root there may not mount.)
+SHARED_DEVICES = ("nvidia*", "dri", "kfd", "accel*", "dxg", "kvm")
 
 
 def _shared_devices(top: str) -> list[str]:
@@ -531,7 +539,7 @@ def seccomp_filter_fd() -> int:
     machine = platform.machine()
     if machine not in _AUDIT_ARCH:
         raise BackendError(f"the sandbox's seccomp filter is not available on {machine}: set sandbox to 'off'")
-    program = seccomp_program(_AUDIT_ARCH[machine], _IOCTL_NR[machine])
+    program = seccomp_program(_AUDIT_ARCH[machine], _IOCTL_NR[machine], _USERFAULTFD_NR[machine])
     read_end, write_end = os.pipe()
     os.write(write_end, program)
     os.close(write_end)
@@ -539,14 +547,17 @@ def seccomp_filter_fd() -> int:
     return read_end
 
 
-def seccomp_program(audit_arch: int, ioctl_nr: int) -> bytes:
-    """Classic BPF: refuse ``ioctl(fd, TIOCSTI | TIOCLINUX, …)`` with EPERM, allow everything else."""
+def seccomp_program(audit_arch: int, ioctl_nr: int, userfaultfd_nr: int) -> bytes:
+    """Classic BPF: refuse ``ioctl(fd, TIOCSTI | TIOCLINUX, …)`` and ``userfaultfd`` with EPERM (see
+    :data:`SHARED_DEVICES`: a root kernel's contained session keeps ``CAP_SYS_PTRACE``, which lets it handle
+    the kernel's own faults on its pages), allow everything else."""
     ld_w_abs, jeq_k, ret_k = 0x20, 0x15, 0x06
     denied = len(_DENIED_IOCTLS)
     insns = [
         (ld_w_abs, 0, 0, 4),                       # A = seccomp_data.arch
-        (jeq_k, 0, 3 + denied, audit_arch),        # another architecture: allow
+        (jeq_k, 0, 4 + denied, audit_arch),        # another architecture: allow
         (ld_w_abs, 0, 0, 0),                       # A = seccomp_data.nr
+        (jeq_k, 3 + denied, 0, userfaultfd_nr),    # userfaultfd: EPERM
         (jeq_k, 0, 1 + denied, ioctl_nr),          # not ioctl: allow
         (ld_w_abs, 0, 0, 24),                      # A = low word of args[1] (the request)
     ]
