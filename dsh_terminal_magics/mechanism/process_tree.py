@@ -124,10 +124,11 @@ class GuardedReads:
     given up on after :data:`GUARDED_READ_SECONDS`.
 
     Reading a process's memory (``/proc/PID/mem``: a poll's fds, a sleep's timeout) brings its pages in, and
-    a page of a file on a FUSE mount the program serves itself - any session can mount one, in a user
-    namespace of its own - waits for that server, for ever and uninterruptibly if it never answers; an epoll's
-    ``fdinfo`` waits for the epoll's lock, which a thread adding a FUSE file to it holds while the server does
-    not answer.  Read on the loop, either hung every session, and every cell waiting on one, for good.
+    a page of a file on a FUSE mount the program serves itself (in a user namespace of its own) waits for
+    that server, for ever and uninterruptibly if it never answers; an epoll's ``fdinfo`` waits for the epoll's
+    lock, which a thread adding a FUSE file to it holds while the server does not answer.  Read on the loop,
+    either hung every session, and every cell waiting on one, for good.  (A contained session can mount no
+    FUSE file system - see ``sandbox.SHARED_DEVICES`` -; one under process tracking still can.)
 
     A read given up on leaves its worker to finish or not (a new one serves the next read), and its pid is
     read no more until it does; :data:`MAX_STUCK_READS` such reads at once, and no guarded read is tried."""

@@ -170,8 +170,9 @@ class ReadinessProbe:
                  private_dev: bool = False) -> None:
         """``private_dev``: the session has a /dev of its own (a sandbox), where our terminal has another name
         and a pts of its own devpts may share our pts's path: then a wait is matched by the open file's mount
-        and inode, not the path (one ``fdinfo`` read more per look; elsewhere the path is unique).  ``slave_fd`` is -1 (and ``tty_path``
-        empty) when the program was gone before its terminal could be opened: nothing is observed then."""
+        and inode, not the path (one ``fdinfo`` read more per look; elsewhere the path is unique).  ``slave_fd``
+        is -1 (and ``tty_path`` empty) when the program was gone before its terminal could be opened: nothing is
+        observed then."""
         self.master_fd = master_fd
         self.slave_fd = slave_fd
         #: A poll of the slave: polling a tty hands it the input still in transit (see :meth:`unread_input`).
@@ -1422,8 +1423,9 @@ _HOLDERS = _HolderSearch()
 def _fd_identity(fdinfo: bytes | None) -> tuple[int, int | None] | None:
     """An open file's mount id and inode number (None before Linux 5.14, which shows no ``ino``) from its
     ``fdinfo``, or None.  A ``stat`` of ``/proc/PID/fd/N`` would ask the file's file system, and a program can
-    serve one itself (FUSE, in a user namespace of its own, as any session can): a read of such a file under a
-    private ``/dev``, with ``GETATTR`` left unanswered, held the loop in that stat for good."""
+    serve one itself (FUSE, in a user namespace of its own): a read of such a file under a private ``/dev``,
+    with ``GETATTR`` left unanswered, held the loop in that stat for good (a contained session can mount none
+    now - see ``sandbox.SHARED_DEVICES`` - and a stat follows no fd of the program anywhere)."""
     fields = dict(line.split(b":", 1) for line in (fdinfo or b"").splitlines() if b":" in line)
     try:
         return int(fields[b"mnt_id"]), int(fields[b"ino"]) if b"ino" in fields else None

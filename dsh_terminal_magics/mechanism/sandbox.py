@@ -141,6 +141,7 @@ class Sandbox:
             args = [bwrap, "--dev-bind", "/", "/", "--dev", "/dev", *_shared_devices("/dev"), *_PROC,
                     *_kernel_masks(cwd, workspace), *_contained_root_limits(), "--unshare-pid", "--unshare-ipc",
                     "--as-pid-1", "--die-with-parent"]
+            # (the sandbox's seccomp filter: no userfaultfd - see SHARED_DEVICES - nor keys typed into the terminal)
             filter_fds = [seccomp_filter_fd()] if platform.machine() in _AUDIT_ARCH else []
             for fd in filter_fds:
                 args += ["--seccomp", str(fd)]
