@@ -145,7 +145,10 @@ class GuardedReads:
             if pid in self._stuck or sum(self._stuck.values()) >= MAX_STUCK_READS:
                 return None
             if self._worker is None:
-                self._worker = _Worker(self._finished_late)
+                try:
+                    self._worker = _Worker(self._finished_late)
+                except RuntimeError:  # (no thread can start: out of threads, or the interpreter is exiting)
+                    return None
             worker = self._worker
         request = _Read(path, pid, size, offset)
         worker.requests.put(request)

@@ -76,3 +76,31 @@ def test_a_contained_session_can_make_no_page_of_its_wait(tools, agent, tmp_path
         assert r.wait_reason == "stdin_read" and "next-42" in r.viewport.splitlines(), r
     finally:
         tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+
+
+def test_a_read_that_waits_is_given_up_on_and_its_pid_left_alone_until_it_comes_back(tmp_path):
+    """GuardedReads with reads that wait for real: opening a FIFO no one writes waits as a read of a hung FUSE
+    page does.  The read is given up on, that pid is not read again until the read comes back, and past
+    MAX_STUCK_READS such reads nothing is tried; once they come back all is read again."""
+    from dsh_terminal_magics.mechanism.process_tree import MAX_STUCK_READS, GuardedReads
+    reads = GuardedReads()
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"answer")
+    fifos = []
+    for index in range(MAX_STUCK_READS):
+        fifo = tmp_path / f"fifo{index}"
+        os.mkfifo(fifo)
+        fifos.append(fifo)
+        started = time.monotonic()
+        assert reads.read(str(fifo), 1000 + index) is None
+        assert time.monotonic() - started < 10
+    assert reads.read(str(plain), 1000) is None  # (its pid's read has not come back)
+    assert reads.read(str(plain), 2000) is None  # (as many stuck as allowed: nothing is tried)
+    for fifo in fifos:  # (a writer lets each open, and its read, come back)
+        fd = os.open(fifo, os.O_WRONLY)
+        os.close(fd)
+    deadline = time.monotonic() + 30
+    while reads.read(str(plain), 1000) != b"answer":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert reads.read(str(plain), 2000) == b"answer"
