@@ -216,6 +216,15 @@ class _Worker:
 guarded_reads = GuardedReads()
 
 
+def read_memory(pid: int, address: int, size: int) -> bytes:
+    """``size`` bytes of ``pid``'s memory at ``address`` (raises ``ValueError`` when short, failed or given up
+    on: a read of memory can wait on the program - see :class:`GuardedReads`)."""
+    data = guarded_reads.read(f"/proc/{pid}/mem", pid, size, address)
+    if data is None or len(data) != size:
+        raise ValueError("short read of process memory")
+    return data
+
+
 def read_stat(pid: int, tid: int | None = None) -> ProcessStat | None:
     """Read one process (or thread) stat; ``None`` when it does not exist or cannot be read."""
     return stat_of(read_proc(stat_path(pid, tid)), pid)
@@ -256,9 +265,9 @@ class ProcFiles:
     files of the process given (:meth:`keep_files_of`) and of the few named
     with :meth:`keep_also` (the command in the foreground, looked at on every
     tick while it runs) are kept: a command's processes come and go.  An fd of ``/proc/PID/...`` stays bound to that
-    process (``mem`` to its memory image), so a read of a process that exited
-    (or exec'd, for ``mem``) fails; then the path is opened afresh once, which
-    reads whatever has that pid now - the same answer as reading by path.  At most ``limit``
+    process, so a read of a process that exited fails; then the path is opened afresh once, which
+    reads whatever has that pid now - the same answer as reading by path.  (A process's memory is read
+    by :func:`read_memory`, never through a kept file.)  At most ``limit``
     files per instance and :data:`PROC_FILES_BUDGET` in the whole process stay
     open (past those, files are read by path); :meth:`close` closes them all.
     """
@@ -288,15 +297,13 @@ class ProcFiles:
 
     def read(self, path: str) -> bytes | None:
         """The contents of a small ``/proc`` file, or ``None`` when it cannot be read."""
-        return self._pread(path, 65536, 0, exact=False)
-
-    def memory(self, pid: int, address: int, size: int) -> bytes:
-        """``size`` bytes of ``pid``'s memory at ``address`` (raises ``ValueError`` when short, failed or given
-        up on: a read of memory can wait on the program - see :class:`GuardedReads`)."""
-        data = guarded_reads.read(f"/proc/{pid}/mem", pid, size, address)
-        if data is None or len(data) != size:
-            raise ValueError("short read of process memory")
-        return data
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                return os.pread(fd, 65536, 0)
+            except OSError:
+                self._forget(path)  # gone or reused: read by path once more
+        return self._open_and_read(path, 65536, 0)
 
     def close(self) -> None:
         """Close every kept file; later reads go by path and keep nothing."""
@@ -306,19 +313,6 @@ class ProcFiles:
             os.close(fd)
         _proc_files_open -= len(self._fds)
         self._fds.clear()
-
-    def _pread(self, path: str, size: int, offset: int, exact: bool) -> bytes | None:
-        """Read from the kept fd; when that fails (or, ``exact``, comes back short) read by path once."""
-        fd = self._fds.get(path)
-        if fd is not None:
-            try:
-                data = os.pread(fd, size, offset)
-                if not exact or len(data) == size:
-                    return data
-            except OSError:
-                pass
-            self._forget(path)  # gone, exec'd or reused: read by path once more
-        return self._open_and_read(path, size, offset)
 
     def _open_and_read(self, path: str, size: int, offset: int) -> bytes | None:
         global _proc_files_open

@@ -49,8 +49,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping
 
-from .process_tree import (HAVE_PROC, ProcFiles, ProcessStat, guarded_reads, process_table, read_proc, stat_of,
-                           stat_path)
+from .process_tree import (HAVE_PROC, ProcFiles, ProcessStat, guarded_reads, process_table, read_memory, read_proc,
+                           stat_of, stat_path)
 
 #: Waits with a timeout shorter than this (seconds) are timers, not prompts.
 SHORT_WAIT = 0.05
@@ -1133,7 +1133,7 @@ class ReadinessProbe:
         if name is None or name in ("nanosleep", "clock_nanosleep"):
             return False
         try:
-            return _timeout_of(self._files, pid, name, [int(a, 16) for a in wait.split()[1:7]]) is None
+            return _timeout_of(pid, name, [int(a, 16) for a in wait.split()[1:7]]) is None
         except (OSError, ValueError, struct.error, IndexError):
             return False
 
@@ -1194,11 +1194,8 @@ class ReadinessProbe:
 
     def _tty_index(self, pid: int, fd: int) -> int | None:
         """The pts number of the PTY master ``fd`` of ``pid`` (``tty-index`` in its fdinfo)."""
-        info = self._text(f"/proc/{pid}/fdinfo/{fd}")
-        for line in (info or "").splitlines():
-            if line.startswith("tty-index:"):
-                return int(line.split()[1])
-        return None
+        index = _fdinfo_fields(self._files.read(f"/proc/{pid}/fdinfo/{fd}")).get(b"tty-index")
+        return None if index is None else int(index)
 
     def _descendants(self, pid: int) -> list[int]:
         """Processes under ``pid`` (at most :data:`MAX_RELAY_PROCESSES`), breadth first."""
@@ -1268,7 +1265,7 @@ class ReadinessProbe:
         """:func:`_timeout_of` for ``pid``'s timed wait ``call`` (see :func:`_timed_call`), or None: no call, no
         timeout, or its arguments could not be read (the process gone)."""
         try:
-            return _timeout_of(self._files, pid, *call) if call is not None else None
+            return _timeout_of(pid, *call) if call is not None else None
         except (OSError, ValueError, IndexError, struct.error):
             return None
 
@@ -1306,7 +1303,7 @@ class ReadinessProbe:
 
     def _wait_timeout(self, pid: int, name: str, args: list[int]) -> float | None:
         """A tty wait's timeout in seconds (``math.inf``: none), or None for a timer (under :data:`SHORT_WAIT`)."""
-        timeout = _timeout_of(self._files, pid, name, args)
+        timeout = _timeout_of(pid, name, args)
         seconds = math.inf if timeout is None else timeout[2]
         return None if seconds < SHORT_WAIT else seconds
 
@@ -1318,7 +1315,7 @@ class ReadinessProbe:
         if nfds == 1:  # (fd 0 or nothing: bash's and Python's readline wait so - no memory read, the hot path)
             return self._reads_tty(pid, [0], seconds)
         looked = min(nfds, MAX_FDS_LOOKED)
-        bits = self._files.memory(pid, readfds, (looked + 7) // 8)
+        bits = read_memory(pid, readfds, (looked + 7) // 8)
         fds = [index * 8 + bit for index, byte in enumerate(bits) if byte for bit in range(8) if byte & (1 << bit)]
         return self._reads_tty(pid, [fd for fd in fds if fd < looked], seconds)
 
@@ -1327,7 +1324,7 @@ class ReadinessProbe:
         seconds = self._wait_timeout(pid, name, args)
         if seconds is None or not fds_ptr or nfds <= 0 or nfds > 65536:
             return False
-        raw = self._files.memory(pid, fds_ptr, 8 * min(nfds, MAX_FDS_LOOKED))
+        raw = read_memory(pid, fds_ptr, 8 * min(nfds, MAX_FDS_LOOKED))
         return self._reads_tty(pid, [fd for fd, events, _ in struct.iter_unpack("ihh", raw)
                                      if fd >= 0 and events & _POLLIN], seconds)
 
@@ -1420,13 +1417,18 @@ def _fd_links(pid: int | str, limit: int | None = None) -> set[str]:
 _HOLDERS = _HolderSearch()
 
 
+def _fdinfo_fields(fdinfo: bytes | None) -> dict[bytes, bytes]:
+    """The ``name: value`` lines of an fd's ``/proc/PID/fdinfo`` file (none when it could not be read)."""
+    return dict(line.split(b":", 1) for line in (fdinfo or b"").splitlines() if b":" in line)
+
+
 def _fd_identity(fdinfo: bytes | None) -> tuple[int, int | None] | None:
     """An open file's mount id and inode number (None before Linux 5.14, which shows no ``ino``) from its
     ``fdinfo``, or None.  A ``stat`` of ``/proc/PID/fd/N`` would ask the file's file system, and a program can
     serve one itself (FUSE, in a user namespace of its own): a read of such a file under a private ``/dev``,
     with ``GETATTR`` left unanswered, held the loop in that stat for good (a contained session can mount none
     now - see ``sandbox.SHARED_DEVICES`` - and a stat follows no fd of the program anywhere)."""
-    fields = dict(line.split(b":", 1) for line in (fdinfo or b"").splitlines() if b":" in line)
+    fields = _fdinfo_fields(fdinfo)
     try:
         return int(fields[b"mnt_id"]), int(fields[b"ino"]) if b"ino" in fields else None
     except (KeyError, ValueError):
@@ -1521,18 +1523,18 @@ def _pauses(name: str | None, args: list[int]) -> bool:
     return name in ("nanosleep", "clock_nanosleep")
 
 
-def _timeout_of(files: ProcFiles, pid: int, name: str, args: list[int]) -> tuple[int, bool, float] | None:
+def _timeout_of(pid: int, name: str, args: list[int]) -> tuple[int, bool, float] | None:
     """A timed wait's (clock, absolute, seconds) from its syscall arguments, or None for an untimed wait."""
     if name == "nanosleep":
-        return _CLOCK_MONOTONIC, False, _timespec(files, pid, args[0])
+        return _CLOCK_MONOTONIC, False, _timespec(pid, args[0])
     if name == "clock_nanosleep":
-        return args[0], bool(args[1] & _TIMER_ABSTIME), _timespec(files, pid, args[2])
+        return args[0], bool(args[1] & _TIMER_ABSTIME), _timespec(pid, args[2])
     if name == "futex":
         command = args[1] & _FUTEX_CMD_MASK
         if command not in (_FUTEX_WAIT, _FUTEX_WAIT_BITSET) or not args[3]:
             return None
         clock = _CLOCK_REALTIME if args[1] & _FUTEX_CLOCK_REALTIME else _CLOCK_MONOTONIC
-        return clock, command == _FUTEX_WAIT_BITSET, _timespec(files, pid, args[3])
+        return clock, command == _FUTEX_WAIT_BITSET, _timespec(pid, args[3])
     index, kind = _TIMEOUT_ARG[name]
     value = args[index]
     if kind == "ms":
@@ -1540,7 +1542,7 @@ def _timeout_of(files: ProcFiles, pid: int, name: str, args: list[int]) -> tuple
         return (_CLOCK_MONOTONIC, False, millis / 1000) if millis >= 0 else None
     if not value:
         return None
-    sec, frac = struct.unpack("qq", files.memory(pid, value, 16))
+    sec, frac = struct.unpack("qq", read_memory(pid, value, 16))
     return _CLOCK_MONOTONIC, False, sec + frac / (1e6 if kind == "tv" else 1e9)
 
 
@@ -1554,7 +1556,7 @@ def _deadline(clock: int, seconds: float, now: float) -> float | None:
     return None
 
 
-def _timespec(files: ProcFiles, pid: int, address: int) -> float:
-    sec, nsec = struct.unpack("qq", files.memory(pid, address, 16))
+def _timespec(pid: int, address: int) -> float:
+    sec, nsec = struct.unpack("qq", read_memory(pid, address, 16))
     return sec + nsec / 1e9
 

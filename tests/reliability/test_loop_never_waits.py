@@ -19,12 +19,9 @@ from typing import Iterator
 import pytest
 
 from dsh_terminal_magics import TerminalTools
+from tests.reliability.test_containment import send
 
 HOSTILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hostile_fuse.py")
-
-
-def send(tools, agent, sid: str, text: str, timeout: float):
-    return tools.call("terminal_send", {"sessionId": sid, "text": text, "timeout": timeout}, agent=agent)
 
 
 @pytest.fixture
@@ -44,13 +41,13 @@ def test_a_look_never_waits_on_a_programs_own_hung_fuse_mount(tracked, agent, mo
     other = tracked.call("terminal_open", {"type": "shell"}, agent=agent).session_id
     try:
         started = time.monotonic()
-        r = send(tracked, agent, hostile, f"unshare -Urm {sys.executable} {HOSTILE} {mode} {tmp_path}/fz", 3)
+        r = send(tracked, agent, hostile, f"unshare -Urm {sys.executable} {HOSTILE} {mode} {tmp_path}/fz", timeout=3)
         if "ready" not in r.viewport.splitlines():
             pytest.skip(f"the program could not mount its FUSE file system here: {r.viewport[-300:]}")
         assert r.wait_reason in ("timeout", "idle"), r
         assert time.monotonic() - started < 20
-        assert send(tracked, agent, other, "echo other-$((6*7))", 10).viewport.splitlines()[-2] == "other-42"
-        assert send(tracked, agent, hostile, "", 1).session_status == "running"
+        assert send(tracked, agent, other, "echo other-$((6*7))", timeout=10).viewport.splitlines()[-2] == "other-42"
+        assert send(tracked, agent, hostile, "", timeout=1).session_status == "running"
     finally:
         closed = tracked.call("terminal_close", {"sessionId": hostile}, agent=agent)
         tracked.call("terminal_close", {"sessionId": other}, agent=agent)
@@ -66,13 +63,13 @@ def test_a_contained_session_can_make_no_page_of_its_wait(tools, agent, tmp_path
     try:
         if "containment: pid namespace" not in opened.motd:
             pytest.skip("no bubblewrap here: sessions are contained by tracking their processes")
-        r = send(tools, agent, sid, f"unshare -Urm {sys.executable} {HOSTILE} tty {tmp_path}/fz", 10)
+        r = send(tools, agent, sid, f"unshare -Urm {sys.executable} {HOSTILE} tty {tmp_path}/fz", timeout=10)
         assert "No such file or directory: '/dev/fuse'" in r.viewport and r.exit_code == 1, r
         number = {"x86_64": 323, "aarch64": 282}[platform.machine()]
         r = send(tools, agent, sid, f"python3 -c 'import ctypes; libc = ctypes.CDLL(None, use_errno=True); "
-                                    f"print(libc.syscall({number}, 0), ctypes.get_errno())'", 10)
+                                    f"print(libc.syscall({number}, 0), ctypes.get_errno())'", timeout=10)
         assert r.viewport.splitlines()[-2] == "-1 1", r  # EPERM
-        r = send(tools, agent, sid, "x" * 200 + "; echo next-$((6*7))", 10)
+        r = send(tools, agent, sid, "x" * 200 + "; echo next-$((6*7))", timeout=10)
         assert r.wait_reason == "stdin_read" and "next-42" in r.viewport.splitlines(), r
     finally:
         tools.call("terminal_close", {"sessionId": sid}, agent=agent)
