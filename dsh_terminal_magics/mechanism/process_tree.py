@@ -117,6 +117,8 @@ def read_proc(path: str, size: int = 65536, offset: int = 0) -> bytes | None:
 GUARDED_READ_SECONDS = 0.25
 #: Reads given up on that may still be waiting, at most; past that, no such read is tried (each holds a thread).
 MAX_STUCK_READS = 4
+#: A worker with no read to do for this long ends (the next read starts another): no thread outlives its use.
+WORKER_IDLE_SECONDS = 2.0
 
 
 class GuardedReads:
@@ -131,9 +133,11 @@ class GuardedReads:
     FUSE file system - see ``sandbox.SHARED_DEVICES`` -; one under process tracking still can.)
 
     A read given up on leaves its worker to finish or not (a new one serves the next read), and its pid is
-    read no more until it does; :data:`MAX_STUCK_READS` such reads at once, and no guarded read is tried."""
+    read no more until it does; :data:`MAX_STUCK_READS` such reads at once, and no guarded read is tried.  A
+    worker idle for ``idle_seconds`` ends, so the thread is there only while sessions are being looked at."""
 
-    def __init__(self) -> None:
+    def __init__(self, idle_seconds: float = WORKER_IDLE_SECONDS) -> None:
+        self._idle_seconds = idle_seconds
         self._worker: _Worker | None = None
         self._lock = threading.Lock()
         #: Pids with a read given up on that has not finished: the number of such reads for each.
@@ -146,12 +150,12 @@ class GuardedReads:
                 return None
             if self._worker is None:
                 try:
-                    self._worker = _Worker(self._finished_late)
+                    self._worker = _Worker(self._finished_late, self._retire, self._idle_seconds)
                 except RuntimeError:  # (no thread can start: out of threads, or the interpreter is exiting)
                     return None
             worker = self._worker
-        request = _Read(path, pid, size, offset)
-        worker.requests.put(request)
+            request = _Read(path, pid, size, offset)
+            worker.requests.put(request)  # (under the lock: a worker retires only with nothing queued)
         if request.done.acquire(timeout=GUARDED_READ_SECONDS):
             return request.result
         with self._lock:
@@ -161,6 +165,16 @@ class GuardedReads:
                 worker.requests.put(None)  # (ends it once its read comes back)
                 return None
         return request.result
+
+    def _retire(self, worker: "_Worker") -> bool:
+        """Whether an idle ``worker`` may end: it is no longer the one reads go to, and nothing is queued."""
+        with self._lock:
+            if self._worker is not worker:
+                return worker.requests.empty()  # (a replaced worker ends on the None queued for it)
+            if not worker.requests.empty():
+                return False
+            self._worker = None
+            return True
 
     def _finished_late(self, request: "_Read") -> None:
         with self._lock:
@@ -199,15 +213,26 @@ class _Read:
 
 
 class _Worker:
-    """A daemon thread doing guarded reads one after another until it is sent None."""
+    """A daemon thread doing guarded reads one after another until it is sent None, or is idle for
+    ``idle_seconds`` and ``retire`` lets it end."""
 
-    def __init__(self, finished_late: Callable[[_Read], None]) -> None:
+    def __init__(self, finished_late: Callable[[_Read], None], retire: Callable[["_Worker"], bool],
+                 idle_seconds: float) -> None:
         self.requests: queue.SimpleQueue[_Read | None] = queue.SimpleQueue()
-        self._finished_late = finished_late
-        threading.Thread(target=self._serve, name="dsh-terminal-proc-read", daemon=True).start()
+        self._finished_late, self._retire, self._idle_seconds = finished_late, retire, idle_seconds
+        self.thread = threading.Thread(target=self._serve, name="dsh-terminal-proc-read", daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
-        while (request := self.requests.get()) is not None:
+        while True:
+            try:
+                request = self.requests.get(timeout=self._idle_seconds)
+            except queue.Empty:
+                if self._retire(self):
+                    return
+                continue
+            if request is None:
+                return
             if request.run():
                 self._finished_late(request)
 

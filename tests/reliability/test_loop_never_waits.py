@@ -101,3 +101,17 @@ def test_a_read_that_waits_is_given_up_on_and_its_pid_left_alone_until_it_comes_
         assert time.monotonic() < deadline
         time.sleep(0.01)
     assert reads.read(str(plain), 2000) == b"answer"
+
+
+def test_the_reads_worker_ends_when_idle_and_the_next_read_starts_another(tmp_path):
+    """No thread outlives its use: the guarded reads' worker ends once idle, and a read after that is served."""
+    from dsh_terminal_magics.mechanism.process_tree import GuardedReads
+    reads = GuardedReads(idle_seconds=0.1)
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"answer")
+    for _ in range(3):
+        assert reads.read(str(plain), 1000) == b"answer"
+        worker = reads._worker
+        assert worker is not None and worker.thread.is_alive(), "a read runs in a worker thread"
+        worker.thread.join(timeout=30)
+        assert not worker.thread.is_alive() and reads._worker is None, "an idle worker ends"
