@@ -38,11 +38,12 @@ def resources() -> dict[str, int]:
 
 
 def settled(before: dict, within: float = 10.0) -> dict:
-    """:func:`resources` once the thread count is back to ``before``'s and no helper thread is left (or
+    """:func:`resources` once the thread count is back to ``before``'s and no /proc reader thread is left (or
     after ``within`` seconds, with the names of the threads still there): a close's scan for a gone shell's
-    orphans runs in a helper thread, which ends two seconds after its last job."""
+    orphans runs in a thread of its own, which ends just after the close has its answer - beside two CPU hogs,
+    one was still there at the count -, and the guarded /proc reads' worker ends after two idle seconds."""
     deadline = time.monotonic() + within
-    while (threading.active_count() > before["threads"] or helper_threads()) and time.monotonic() < deadline:
+    while (threading.active_count() > before["threads"] or reader_threads()) and time.monotonic() < deadline:
         time.sleep(0.05)
     after = resources()
     if after["threads"] > before["threads"]:
@@ -50,8 +51,8 @@ def settled(before: dict, within: float = 10.0) -> dict:
     return after
 
 
-def helper_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name == "dsh-terminal-helper"]
+def reader_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "dsh-terminal-proc-read"]
 
 
 def one_cycle(tools: TerminalTools, agent: Agent, i: int) -> None:
@@ -128,7 +129,7 @@ def main() -> dict:
     one_cycle_tools = TerminalTools()
     one_cycle(one_cycle_tools, Agent("warm-up"), -1)  # start the loop thread and watchdog first
     one_cycle_tools.shutdown()
-    before = settled(resources())  # (the helper threads of the warm-up end once idle)
+    before = settled(resources())  # (the /proc reader thread of the warm-up's looks ends once idle)
     started = time.monotonic()
     cycles(args.cycles)
     after_cycles = resources()

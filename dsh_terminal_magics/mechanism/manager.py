@@ -349,7 +349,7 @@ def _warn_of_left_running(sessions: builtins.list[Session]) -> None:
 async def _open_recording_in_time(path: str, *args: object) -> CastRecorder:
     """:func:`open_recording` in a thread of its own, within :data:`FILE_SYSTEM_SECONDS`: a recording path in a
     hung mount held the call for ever (and a thread of the loop's shared pool); one opened too late is closed."""
-    opening = asyncio.ensure_future(off_the_loop(open_recording, path, *args))
+    opening = asyncio.ensure_future(off_the_loop(open_recording, path, *args, name="dsh-terminal-fs"))
     try:
         return await asyncio.wait_for(asyncio.shield(opening), FILE_SYSTEM_SECONDS)
     except asyncio.TimeoutError:
@@ -492,7 +492,7 @@ async def _prepare_in_time(backend: Backend, cwd: str | None, where: str, root: 
 
     loop = asyncio.get_running_loop()
     try:
-        return await asyncio.wait_for(off_the_loop(ask), FILE_SYSTEM_SECONDS)
+        return await asyncio.wait_for(off_the_loop(ask, name="dsh-terminal-fs"), FILE_SYSTEM_SECONDS)
     except asyncio.TimeoutError:
         if not finished:  # (on the loop, as answered runs: the two never overlap)
             given_up = True

@@ -113,66 +113,16 @@ def read_proc(path: str, size: int = 65536, offset: int = 0) -> bytes | None:
         os.close(fd)
 
 
-#: A helper thread with no job for this long ends (the next job starts another): no thread outlives its use.
-HELPER_IDLE_SECONDS = 2.0
-
-
-class HelperThreads:
-    """Threads that run jobs handed to them, each job on a thread that is free: a job that never comes back (a
-    read of a hung mount, or of a process's hung page) holds its own thread and nothing else.  A free thread
-    serves the next job - starting a thread for each (~0.1-0.8 ms, paid by the loop that hands the job in) was
-    a tenth of what opening a session cost -, and one with no job for ``idle_seconds`` ends."""
-
-    def __init__(self, idle_seconds: float = HELPER_IDLE_SECONDS, name: str = "dsh-terminal-helper") -> None:
-        self._idle_seconds, self._name = idle_seconds, name
-        self._jobs: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        #: Threads waiting for a job, less the jobs queued for them.
-        self._free = 0
-        self.threads: set[threading.Thread] = set()
-
-    def run(self, job: Callable[[], object]) -> None:
-        """Have ``job()`` run on a free thread (one starts if none is free; ``RuntimeError`` when none can:
-        out of threads, or the interpreter is exiting).  What it raises is its own to catch."""
-        with self._lock:
-            if self._free <= 0:
-                thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
-                thread.start()
-                self.threads.add(thread)
-                self._free += 1
-            self._free -= 1
-            self._jobs.put(job)  # (under the lock: a thread ends only when nothing is queued)
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                job = self._jobs.get(timeout=self._idle_seconds)
-            except queue.Empty:
-                with self._lock:
-                    if self._jobs.empty():
-                        self._free -= 1
-                        self.threads.discard(threading.current_thread())
-                        return
-                continue
-            try:
-                job()
-            except BaseException:  # (a job's failure is its own; the thread serves on)
-                pass
-            with self._lock:
-                self._free += 1
-
-
-#: The process's helper threads: guarded reads, file-system questions, process scans.
-helper_threads = HelperThreads()
-
 #: How long a reader waits for a read that can wait on the process it reads (see :class:`GuardedReads`).
 GUARDED_READ_SECONDS = 0.25
 #: Reads given up on that may still be waiting, at most; past that, no such read is tried (each holds a thread).
 MAX_STUCK_READS = 4
+#: A worker with no read to do for this long ends (the next read starts another): no thread outlives its use.
+WORKER_IDLE_SECONDS = 2.0
 
 
 class GuardedReads:
-    """Reads of ``/proc`` files that can wait on the process they describe, each done by a helper thread and
+    """Reads of ``/proc`` files that can wait on the process they describe, each done by a worker thread and
     given up on after :data:`GUARDED_READ_SECONDS`.
 
     Reading a process's memory (``/proc/PID/mem``: a poll's fds, a sleep's timeout) brings its pages in, and
@@ -182,11 +132,13 @@ class GuardedReads:
     either hung every session, and every cell waiting on one, for good.  (A contained session can mount no
     FUSE file system - see ``sandbox.SHARED_DEVICES`` -; one under process tracking still can.)
 
-    A read given up on leaves its thread to finish or not, and its pid is read no more until it does;
-    :data:`MAX_STUCK_READS` such reads at once, and no guarded read is tried."""
+    A read given up on leaves its worker to finish or not (a new one serves the next read), and its pid is
+    read no more until it does; :data:`MAX_STUCK_READS` such reads at once, and no guarded read is tried.  A
+    worker idle for ``idle_seconds`` ends, so the thread is there only while sessions are being looked at."""
 
-    def __init__(self, helpers: HelperThreads = helper_threads) -> None:
-        self._helpers = helpers
+    def __init__(self, idle_seconds: float = WORKER_IDLE_SECONDS) -> None:
+        self._idle_seconds = idle_seconds
+        self._worker: _Worker | None = None
         self._lock = threading.Lock()
         #: Pids with a read given up on that has not finished: the number of such reads for each.
         self._stuck: dict[int, int] = {}
@@ -196,18 +148,33 @@ class GuardedReads:
         with self._lock:
             if pid in self._stuck or sum(self._stuck.values()) >= MAX_STUCK_READS:
                 return None
-        request = _Read(path, pid, size, offset, self._finished_late)
-        try:
-            self._helpers.run(request.run)
-        except RuntimeError:  # (no thread can start: out of threads, or the interpreter is exiting)
-            return None
+            if self._worker is None:
+                try:
+                    self._worker = _Worker(self._finished_late, self._retire, self._idle_seconds)
+                except RuntimeError:  # (no thread can start: out of threads, or the interpreter is exiting)
+                    return None
+            worker = self._worker
+            request = _Read(path, pid, size, offset)
+            worker.requests.put(request)  # (under the lock: a worker retires only with nothing queued)
         if request.done.acquire(timeout=GUARDED_READ_SECONDS):
             return request.result
         with self._lock:
             if request.abandon():  # (it may have finished just now: then nothing is stuck)
                 self._stuck[pid] = self._stuck.get(pid, 0) + 1
+                self._worker = None
+                worker.requests.put(None)  # (ends it once its read comes back)
                 return None
         return request.result
+
+    def _retire(self, worker: "_Worker") -> bool:
+        """Whether an idle ``worker`` may end: it is no longer the one reads go to, and nothing is queued."""
+        with self._lock:
+            if self._worker is not worker:
+                return worker.requests.empty()  # (a replaced worker ends on the None queued for it)
+            if not worker.requests.empty():
+                return False
+            self._worker = None
+            return True
 
     def _finished_late(self, request: "_Read") -> None:
         with self._lock:
@@ -219,12 +186,10 @@ class GuardedReads:
 
 
 class _Read:
-    """One guarded read: done (its lock released) by a helper thread, or abandoned by the reader first."""
+    """One guarded read: done (its lock released) by the worker, or abandoned by the reader first."""
 
-    def __init__(self, path: str, pid: int, size: int, offset: int,
-                 finished_late: Callable[["_Read"], None]) -> None:
+    def __init__(self, path: str, pid: int, size: int, offset: int) -> None:
         self.path, self.pid, self.size, self.offset = path, pid, size, offset
-        self._finished_late = finished_late
         self.result: bytes | None = None
         self.done = threading.Lock()
         self.done.acquire()
@@ -232,15 +197,13 @@ class _Read:
         self._abandoned = False
         self._finished = False
 
-    def run(self) -> None:
-        """Do the read; one abandoned meanwhile is reported as finished late."""
+    def run(self) -> bool:
+        """Do the read; returns whether it was abandoned meanwhile."""
         result = read_proc(self.path, self.size, self.offset)
         with self._state:
             self.result, self._finished = result, True
             self.done.release()
-            abandoned = self._abandoned
-        if abandoned:
-            self._finished_late(self)
+            return self._abandoned
 
     def abandon(self) -> bool:
         """Give up on the read unless it finished; returns whether it was given up on."""
@@ -249,7 +212,32 @@ class _Read:
             return self._abandoned
 
 
-#: The process's guarded reads.
+class _Worker:
+    """A daemon thread doing guarded reads one after another until it is sent None, or is idle for
+    ``idle_seconds`` and ``retire`` lets it end."""
+
+    def __init__(self, finished_late: Callable[[_Read], None], retire: Callable[["_Worker"], bool],
+                 idle_seconds: float) -> None:
+        self.requests: queue.SimpleQueue[_Read | None] = queue.SimpleQueue()
+        self._finished_late, self._retire, self._idle_seconds = finished_late, retire, idle_seconds
+        self.thread = threading.Thread(target=self._serve, name="dsh-terminal-proc-read", daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                request = self.requests.get(timeout=self._idle_seconds)
+            except queue.Empty:
+                if self._retire(self):
+                    return
+                continue
+            if request is None:
+                return
+            if request.run():
+                self._finished_late(request)
+
+
+#: The process's guarded reads (one worker serves every session's).
 guarded_reads = GuardedReads()
 
 
@@ -615,10 +603,9 @@ def _scan_for_tokens(tokens: list[bytes]) -> tuple[dict[int, ProcessStat], dict[
 _T = TypeVar("_T")
 
 
-async def off_the_loop(work: Callable[..., _T], *args: object) -> _T:
-    """``work(*args)`` on a free helper thread (:data:`helper_threads`), awaited (on the loop, which goes on
-    meanwhile: a job that never comes back - a hung mount - holds only its own thread); run here when no thread
-    can start (interpreter exit).
+async def off_the_loop(work: Callable[..., _T], *args: object, name: str = "dsh-terminal-scan") -> _T:
+    """``work(*args)`` in a thread of its own, awaited (on the loop, which goes on meanwhile: a thread that never
+    comes back - a hung mount - costs only itself); run here when no thread can start (interpreter exit).
     (Here, not in :mod:`.event_loop`: the watchdog imports this module as a script's, which imports nothing of
     the package.)"""
     loop = asyncio.get_running_loop()
@@ -643,7 +630,7 @@ async def off_the_loop(work: Callable[..., _T], *args: object) -> _T:
             pass
 
     try:
-        helper_threads.run(run)
+        threading.Thread(target=run, name=name, daemon=True).start()
     except RuntimeError:
         return work(*args)
     return await done

@@ -44,12 +44,13 @@ import select
 import socket
 import struct
 import termios
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping
 
-from .process_tree import (HAVE_PROC, ProcFiles, ProcessStat, guarded_reads, helper_threads, process_table,
-                           read_memory, read_proc, stat_of, stat_path)
+from .process_tree import (HAVE_PROC, ProcFiles, ProcessStat, guarded_reads, process_table, read_memory, read_proc,
+                           stat_of, stat_path)
 
 #: Waits with a timeout shorter than this (seconds) are timers, not prompts.
 SHORT_WAIT = 0.05
@@ -1369,10 +1370,8 @@ class _HolderSearch:
         """The pids the last search found holding ``tty_path`` open (our own process left out)."""
         if not self.searching and now - self._started >= max(HOLDER_SEARCH_GAP, self._cost / HOLDER_SEARCH_SHARE):
             self.searching, self._started = True, now
-            try:
-                helper_threads.run(self._search)
-            except RuntimeError:  # (no thread can start: out of threads, or the interpreter is exiting)
-                self.searching = False
+            # (a thread per search, gone when it is done: none stays for a search that may never come again)
+            threading.Thread(target=self._search, name="dsh-terminal-holders", daemon=True).start()
         return self._found.get(tty_path, ())
 
     def _search(self) -> None:

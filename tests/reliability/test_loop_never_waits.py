@@ -103,31 +103,15 @@ def test_a_read_that_waits_is_given_up_on_and_its_pid_left_alone_until_it_comes_
     assert reads.read(str(plain), 2000) == b"answer"
 
 
-def test_helper_threads_serve_jobs_in_turn_end_when_idle_and_a_stuck_job_holds_only_its_own(tmp_path):
-    """One free thread serves jobs one after another (no thread each); a job that does not come back holds its
-    thread, and the next job gets another; threads with no job end, and a job after that starts one again."""
-    import threading
-    from dsh_terminal_magics.mechanism.process_tree import HelperThreads
-    helpers = HelperThreads(idle_seconds=0.5, name="test-helper")
-    ran: list[str] = []
-    for index in range(20):
-        done = threading.Event()
-        helpers.run(lambda: (ran.append(threading.current_thread().name), done.set()))
-        assert done.wait(30)
-    assert len(ran) == 20 and len(helpers.threads) == 1, helpers.threads
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    stuck = threading.Event()
-    helpers.run(lambda: (stuck.set(), os.close(os.open(fifo, os.O_RDONLY))))  # (waits for a writer)
-    assert stuck.wait(30)
-    done = threading.Event()
-    helpers.run(done.set)
-    assert done.wait(30) and len(helpers.threads) == 2
-    os.close(os.open(fifo, os.O_WRONLY))  # (lets the stuck one come back)
-    for thread in list(helpers.threads):
-        thread.join(timeout=30)
-        assert not thread.is_alive(), "an idle thread ends"
-    assert not helpers.threads
-    done = threading.Event()
-    helpers.run(done.set)
-    assert done.wait(30) and len(helpers.threads) == 1
+def test_the_reads_worker_ends_when_idle_and_the_next_read_starts_another(tmp_path):
+    """No thread outlives its use: the guarded reads' worker ends once idle, and a read after that is served."""
+    from dsh_terminal_magics.mechanism.process_tree import GuardedReads
+    reads = GuardedReads(idle_seconds=0.1)
+    plain = tmp_path / "plain"
+    plain.write_bytes(b"answer")
+    for _ in range(3):
+        assert reads.read(str(plain), 1000) == b"answer"
+        worker = reads._worker
+        assert worker is not None and worker.thread.is_alive(), "a read runs in a worker thread"
+        worker.thread.join(timeout=30)
+        assert not worker.thread.is_alive() and reads._worker is None, "an idle worker ends"
