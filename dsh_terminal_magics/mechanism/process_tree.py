@@ -167,11 +167,10 @@ class GuardedReads:
         return request.result
 
     def _retire(self, worker: "_Worker") -> bool:
-        """Whether an idle ``worker`` may end: it is no longer the one reads go to, and nothing is queued."""
+        """Whether an idle ``worker`` may end: it is still the one reads go to and nothing is queued for it (a
+        replaced worker ends on the None queued for it when it was given up on)."""
         with self._lock:
-            if self._worker is not worker:
-                return worker.requests.empty()  # (a replaced worker ends on the None queued for it)
-            if not worker.requests.empty():
+            if self._worker is not worker or not worker.requests.empty():
                 return False
             self._worker = None
             return True
