@@ -56,10 +56,11 @@ def test_a_program_printing_an_exit_marker_cannot_forge_the_exit_code(manager, a
 
 def test_exit_codes_survive_a_command_that_sets_prompt_command(manager, agent, shell):
     """A command that sets PROMPT_COMMAND (``history -a``; a tool's hook put in front, which returns a status of
-    its own) ended our shell's exit-code markers, and every later exit code was None.  The command that sets it
-    gets None (its status is not known); the ones after it get theirs, and hooks after ours still see it."""
-    r = send(manager, agent, shell, "PROMPT_COMMAND='history -a'")
-    assert (r.wait_reason, r.exit_code) == ("stdin_read", None), r
+    its own) ended our shell's exit-code markers, and every later exit code was None.  Every command gets its own
+    status - the one that sets it too - and hooks after ours still see it.  Even with PROMPT_COMMAND unset the
+    codes are right; a command that then sets PS1 ends the markers: no code, never a wrong one."""
+    r = send(manager, agent, shell, "PROMPT_COMMAND='history -a'; (exit 2)")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 2), r
     r = send(manager, agent, shell, "(exit 3)")
     assert (r.wait_reason, r.exit_code) == ("stdin_read", 3), r
     send(manager, agent, shell, 'hook(){ return 7; }; PROMPT_COMMAND="hook${PROMPT_COMMAND:+;$PROMPT_COMMAND}"')
@@ -70,6 +71,11 @@ def test_exit_codes_survive_a_command_that_sets_prompt_command(manager, agent, s
     r = send(manager, agent, shell, "(exit 6)")
     assert (r.wait_reason, r.exit_code) == ("stdin_read", 6), r
     assert r.viewport.splitlines()[1:] == ["after:6", "$ "]
+    r = send(manager, agent, shell, "unset PROMPT_COMMAND; (exit 8)")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", 8), r
+    r = send(manager, agent, shell, "PS1='mine> '; (exit 9)")
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", None), r
+    assert r.viewport.endswith("mine> "), r
 
 
 @pytest.mark.parametrize("how", ["ctrl-z", "sigstop"])
