@@ -60,8 +60,12 @@ if __name__ == "__main__":
         # (in a closure, not a global: code the REPL runs does not see it by accident)
         marker = f"\x1b]133;D;;{secrets.randbits(62)}\x07"
 
-        def at_prompt() -> None:
-            """Print the marker, after what the code run before left unflushed."""
+        def at_prompt(prompt: str, invisible: tuple[str, str]) -> str:
+            """The prompt to pass to input(), after what the code run before left unflushed: the marker in
+            front of ``prompt``, so the terminal gets both in one write (written on its own, the marker woke
+            the session's reader once more on every round trip).  ``invisible`` brackets it for readline, which
+            counts what it brackets as taking no room.  Where input() would not write to the terminal (code
+            left ``sys.stdout`` replaced), the marker is written to the terminal itself."""
             terminal = sys.__stdout__
             for stream in (sys.stdout, terminal):
                 try:
@@ -69,29 +73,30 @@ if __name__ == "__main__":
                         stream.flush()
                 except (AttributeError, OSError, ValueError):
                     pass
+            if terminal is not None and sys.stdout is terminal:
+                return f"{invisible[0]}{marker}{invisible[1]}{prompt}"
             try:
                 if terminal is not None:
                     terminal.write(marker)
                     terminal.flush()
             except (OSError, ValueError):  # (no terminal to write to: no marker)
                 pass
-
+            return prompt
         class Console(code.InteractiveConsole):
             """The REPL, with blocks (text with line breaks in one input: a paste) run whole."""
-
             def raw_input(self, prompt: str = "") -> str:
-                at_prompt()
                 if readline is None:
-                    return input(prompt)
+                    return input(at_prompt(prompt, ("", "")))
                 readline.parse_and_bind("set enable-bracketed-paste on")
                 # (which turns the active region on too: a paste would be drawn in reverse video, then drawn
                 # again plain over it - a notebook cell, which does not move the cursor, showed it twice)
                 readline.parse_and_bind("set enable-active-region off")
                 try:
-                    return input(prompt)
+                    # (the paste mode readline turned on is said again after the marker, which tells the session
+                    # its program is at a prompt that pastes nothing - true of our shell's)
+                    return input(at_prompt(prompt, ("\x01", "\x1b[?2004h\x02")))
                 finally:
                     readline.parse_and_bind("set enable-bracketed-paste off")
-
             def push(self, line: str) -> bool:
                 if "\n" not in line:
                     return self.push_line(line)
