@@ -110,8 +110,8 @@ def _many_agents(m: dict) -> str:
         lines += ["", f"CPU a send, {agents} agents back to back: this process {ours['process_cpu_us_per_send']:.0f} µs "
                   f"(the loop thread {ours['loop_cpu_us_per_send']:.0f}) against pexpect's threads "
                   f"{theirs['process_cpu_us_per_send']:.0f} µs; the shells' own {ours['shell_cpu_us_per_send']:.0f} "
-                  f"against {theirs['shell_cpu_us_per_send']:.0f} µs (ours print the exit-code marker and redraw an "
-                  "`xterm` prompt; pexpect's shells a bare `dumb` one)."]
+                  f"against {theirs['shell_cpu_us_per_send']:.0f} µs (ours draw an `xterm` prompt that carries the "
+                  "exit-code marker; pexpect's shells a bare `dumb` one)."]
     sweep = {**m.get("sweep", {}), str(agents): m["ours, back to back"]}
     lines += ["", "Ours back to back by number of agents (sends/s; share of the time the loop thread is on a CPU): "
               + "; ".join(f"{n}: {row['sends_per_s']:.0f}/s, {row.get('loop_thread_cpu_percent', 0):.0f} %"
