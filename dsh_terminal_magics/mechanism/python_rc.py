@@ -82,8 +82,10 @@ if __name__ == "__main__":
             except (OSError, ValueError):  # (no terminal to write to: no marker)
                 pass
             return prompt
+
         class Console(code.InteractiveConsole):
             """The REPL, with blocks (text with line breaks in one input: a paste) run whole."""
+
             def raw_input(self, prompt: str = "") -> str:
                 if readline is None:
                     return input(at_prompt(prompt, ("", "")))
