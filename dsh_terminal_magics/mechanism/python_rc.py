@@ -99,6 +99,7 @@ if __name__ == "__main__":
                     return input(at_prompt(prompt, ("\x01", "\x1b[?2004h\x02")))
                 finally:
                     readline.parse_and_bind("set enable-bracketed-paste off")
+
             def push(self, line: str) -> bool:
                 if "\n" not in line:
                     return self.push_line(line)

@@ -24,13 +24,14 @@ __dsh_terminal_key="${SRANDOM}${SRANDOM}${RANDOM}${RANDOM}"
 # sets PROMPT_COMMAND (`PROMPT_COMMAND='history -a'`, a tool's hook put in front) replaces element 0 only.  A
 # command that sets PS1 itself ends the markers until PROMPT_COMMAND sets it back: the marker is gone, not wrong.
 __dsh_terminal_ps1='\[\e]133;D;$?;'"$__dsh_terminal_key"'\a\]$ '
-PS1=$__dsh_terminal_ps1 PS2='> '
+__dsh_terminal_reprompt='PS1=$__dsh_terminal_ps1 PS2="> "'
+eval "$__dsh_terminal_reprompt"
 shopt -s promptvars
 if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)); then
     PROMPT_COMMAND=()
-    PROMPT_COMMAND[99]='PS1=$__dsh_terminal_ps1 PS2="> "'
+    PROMPT_COMMAND[99]=$__dsh_terminal_reprompt
 else
-    PROMPT_COMMAND='PS1=$__dsh_terminal_ps1 PS2="> "'
+    PROMPT_COMMAND=$__dsh_terminal_reprompt
 fi
 export -n PS1 PS2 PROMPT_COMMAND
 unset HISTFILE
