@@ -295,10 +295,9 @@ class PtyChild:
             self._batch_bytes = max(4096, int(size * TURN_BUDGET / max(spent, 1e-6)))
         return True
 
-    def drain(self) -> None:
-        """Read whatever output is waiting now."""
-        if not self.closed:
-            self._read_available()
+    def drain(self) -> bool:
+        """Read whatever output is waiting now; whether there was any."""
+        return not self.closed and self._read_available()
 
     # -- input ----------------------------------------------------------------------
     def interrupt_key(self) -> bytes | None:

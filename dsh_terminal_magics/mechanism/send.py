@@ -472,9 +472,12 @@ class SendOperation:
         self._spins, self._tick = SPIN_CHECKS, MIN_TICK
 
     def step_now(self) -> None:
-        """Run the next step now, from a loop callback, instead of at the next turn (output just arrived)."""
-        if self._timer is not None and not self._sleeping:  # a wake already asked for it
+        """Run the next step now, from a loop callback, cutting its sleep short (output just arrived).  (A
+        wake would queue the step for the next turn: a handle made and dropped, and a turn of the loop more
+        on every round trip.)"""
+        if self._timer is not None:  # (None: the send has ended)
             self._timer.cancel()
+            self._sleeping = False
             self._step()
 
     def _step(self) -> None:

@@ -287,9 +287,9 @@ class Session:
 
     # -- output -------------------------------------------------------------------------
     def drain(self) -> None:
-        """Read whatever output is waiting now."""
-        if self.child is not None:
-            self.child.drain()
+        """Read whatever output is waiting now (a send in progress looks again at the next turn)."""
+        if self.child is not None and self.child.drain():
+            self.wake()
 
     def _ingest(self, data: bytes) -> None:
         offset = self.raw.total
@@ -305,7 +305,6 @@ class Session:
         for piece in self.screen.pieces(data):
             self._ingest_piece(piece)
         self.last_output = time.monotonic()
-        self.wake()
         self.listeners()
 
     def _ingest_to_prompt(self, data: bytes) -> bytes:
@@ -424,7 +423,8 @@ class Session:
         return self.child is not None and self.child.output_waiting
 
     def _output_read(self) -> None:
-        """The loop read output: the send in progress looks now, in this turn (not one turn later)."""
+        """The loop's reader read output: the send in progress looks now, in this turn (output read by
+        :meth:`drain` wakes it for the next turn instead)."""
         if self.operation is not None:
             self.operation.step_now()
 
