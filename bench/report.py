@@ -111,12 +111,27 @@ def _many_agents(m: dict) -> str:
                   f"(the loop thread {ours['loop_cpu_us_per_send']:.0f}) against pexpect's threads "
                   f"{theirs['process_cpu_us_per_send']:.0f} µs; the shells' own {ours['shell_cpu_us_per_send']:.0f} "
                   f"against {theirs['shell_cpu_us_per_send']:.0f} µs (ours draw an `xterm` prompt that carries the "
-                  "exit-code marker; pexpect's shells a bare `dumb` one)."]
+                  "exit-code marker; pexpect's shells a bare `dumb` one)." + _cores_busy(ours, theirs)]
     sweep = {**m.get("sweep", {}), str(agents): m["ours, back to back"]}
     lines += ["", "Ours back to back by number of agents (sends/s; share of the time the loop thread is on a CPU): "
               + "; ".join(f"{n}: {row['sends_per_s']:.0f}/s, {row.get('loop_thread_cpu_percent', 0):.0f} %"
                           for n, row in sweep.items()) + "."]
     return "\n".join(lines)
+
+
+
+def _cores(row: dict) -> float:
+    """The CPUs a back-to-back run kept busy: CPU a send times sends a second."""
+    return float(row["process_cpu_us_per_send"]) * float(row["sends_per_s"]) / 1e6
+
+
+def _cores_busy(ours: dict, theirs: dict) -> str:
+    """The cores each side's process kept busy, and what about one core for ours means."""
+    text = f" Cores busy in the process: ours {_cores(ours):.2f}, pexpect's threads {_cores(theirs):.2f}"
+    if 0.9 <= _cores(ours) <= 1.1:
+        text += (" - ours at about one: every send's Python, the loop's and its caller's, runs under the one "
+                 "interpreter lock, so its throughput is about one over its CPU a send")
+    return text + "."
 
 
 PEXPECT_WARMED = "pexpect right after another child's round trip ms"
