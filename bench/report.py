@@ -119,7 +119,6 @@ def _many_agents(m: dict) -> str:
     return "\n".join(lines)
 
 
-
 def _cores(row: dict) -> float:
     """The CPUs a back-to-back run kept busy: CPU a send times sends a second."""
     return float(row["process_cpu_us_per_send"]) * float(row["sends_per_s"]) / 1e6
@@ -127,8 +126,9 @@ def _cores(row: dict) -> float:
 
 def _cores_busy(ours: dict, theirs: dict) -> str:
     """The cores each side's process kept busy, and what about one core for ours means."""
-    text = f" Cores busy in the process: ours {_cores(ours):.2f}, pexpect's threads {_cores(theirs):.2f}"
-    if 0.9 <= _cores(ours) <= 1.1:
+    cores = _cores(ours)
+    text = f" Cores busy in the process: ours {cores:.2f}, pexpect's threads {_cores(theirs):.2f}"
+    if 0.9 <= cores <= 1.1:
         text += (" - ours at about one: every send's Python, the loop's and its caller's, runs under the one "
                  "interpreter lock, so its throughput is about one over its CPU a send")
     return text + "."

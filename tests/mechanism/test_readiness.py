@@ -1265,14 +1265,18 @@ def test_workers_started_during_a_check_are_looked_at(manager, agent, shell, tmp
             return probe.waiting_for_input(fence)
         finally:
             del probe.group_members
+
+    def look() -> float | None:
+        return probe.waiting_for_input(probe.fence(accept_stale=True))
+
     try:
         assert manager.loop_thread.call(check_held_after_the_listing) is None  # its workers run: not waiting
-        assert manager.loop_thread.call(lambda: probe.waiting_for_input(probe.fence(accept_stale=True))) is None
+        assert manager.loop_thread.call(look) is None
     finally:
         stop.touch()
 
     def what_a_check_sees() -> str:  # (for the failure message: this test failed rarely, never reproduced)
-        verdict = probe.waiting_for_input(probe.fence(accept_stale=True))
+        verdict = look()
         fields = {name: getattr(probe, name) for name in ("running_thread", "program_stopped", "handed_on",
                                                           "tty_readers", "_other_waits", "_unseen")}
         tasks = {}
@@ -1285,8 +1289,7 @@ def test_workers_started_during_a_check_are_looked_at(manager, agent, shell, tmp
         return f"verdict {verdict}, probe {fields}, unread input {probe.unread_input()}, threads {tasks}"
 
     try:
-        wait_for(lambda: manager.loop_thread.call(lambda: probe.waiting_for_input(probe.fence(accept_stale=True)))
-                 is not None, timeout=20)
+        wait_for(lambda: manager.loop_thread.call(look) is not None, timeout=20)
     except AssertionError:
         raise AssertionError(f"never seen waiting: {manager.loop_thread.call(what_a_check_sees)}") from None
     assert "got x" in send(manager, agent, shell, "x").viewport
