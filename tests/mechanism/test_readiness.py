@@ -1249,11 +1249,14 @@ def test_workers_started_during_a_check_are_looked_at(manager, agent, shell, tmp
             len(open(f"/proc/{pgid}/task/{pgid}/children").read().split())
         return count >= (3 if starts == "threads" else 2) and open(f"/proc/{pgid}/syscall").read().startswith("0 ")
 
+    listed = []
+
     def check_held_after_the_listing():
         original = probe.group_members
 
         def listed_then_held(group):
             members = original(group)
+            listed.append(group)
             go.touch()
             deadline = clock.monotonic() + 20
             while not workers_run_and_main_reads() and clock.monotonic() < deadline:
@@ -1269,8 +1272,14 @@ def test_workers_started_during_a_check_are_looked_at(manager, agent, shell, tmp
     def look() -> float | None:
         return probe.waiting_for_input(probe.fence(accept_stale=True))
 
-    try:
+    def held_check_listed() -> bool:
         assert manager.loop_thread.call(check_held_after_the_listing) is None  # its workers run: not waiting
+        return bool(listed)
+
+    try:
+        # (A check that finds the program on a CPU - polling for the go file - answers without a listing, and then
+        # nothing touched the file: under load the test waited for a program that never started its workers.)
+        wait_for(held_check_listed, timeout=30)
         assert manager.loop_thread.call(look) is None
     finally:
         stop.touch()
