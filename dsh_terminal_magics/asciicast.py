@@ -15,7 +15,7 @@ import queue
 import threading
 import time
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, shown
 from .vocabulary import COLS_RANGE, MAX_CONFINED_RECORDING_BYTES, ROWS_RANGE
 
 
@@ -148,43 +148,44 @@ def open_recording(path: str, rows: int, cols: int, title: str = "", confine_to:
     FIFO without a reader is refused instead of waiting for one.
     """
     if confine_to is not None:
-        fd, shown = _open_confined(path, confine_to)
-        return CastRecorder(fd, shown, rows, cols, title, max_bytes=MAX_CONFINED_RECORDING_BYTES)
-    shown = os.path.abspath(os.path.expanduser(path))
-    if not os.path.isdir(os.path.dirname(shown)):
-        raise InvalidArgumentError(f"cannot record to {shown!r}: its directory does not exist; "
+        fd, where = _open_confined(path, confine_to)
+        return CastRecorder(fd, where, rows, cols, title, max_bytes=MAX_CONFINED_RECORDING_BYTES)
+    where = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isdir(os.path.dirname(where)):
+        raise InvalidArgumentError(f"cannot record to {where!r}: its directory does not exist; "
                                    "pick a path in an existing directory")
     try:
-        fd = os.open(shown, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise InvalidArgumentError(f"cannot record to {shown!r}: {exc.strerror}") from None
+        raise InvalidArgumentError(f"cannot record to {where!r}: {exc.strerror}") from None
     os.set_blocking(fd, True)
-    return CastRecorder(fd, shown, rows, cols, title)
+    return CastRecorder(fd, where, rows, cols, title)
 
 
 def _open_confined(path: str, root: str) -> tuple[int, str]:
     parts = path.replace("\\", "/").split("/")
     if os.path.isabs(path) or not path or ".." in parts or any(p in ("", ".") for p in parts):
-        raise InvalidArgumentError(f"recording path {path!r} must be a plain relative path inside the recordings "
-                                   f"directory {root} (no leading '/', no '..'), e.g. 'demo.cast'")
+        raise InvalidArgumentError(f"recording path {shown(path, 200)} must be a plain relative path inside the "
+                                   f"recordings directory {root} (no leading '/', no '..'), e.g. 'demo.cast'")
     directory = _open_recordings_directory(root)
     try:
         for part in parts[:-1]:
             try:
                 inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=directory)
             except OSError as exc:
-                raise InvalidArgumentError(f"cannot record to {path!r}: {part!r} is not a directory inside {root} "
-                                           f"({exc.strerror}); symlinks are not followed") from None
+                raise InvalidArgumentError(f"cannot record to {shown(path, 200)}: {shown(part, 200)} is not a "
+                                           f"directory inside {root} ({exc.strerror}); symlinks are not followed"
+                                           ) from None
             os.close(directory)
             directory = inner
         try:
             fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
                          dir_fd=directory)
         except FileExistsError:
-            raise InvalidArgumentError(f"cannot record to {path!r}: something already exists there (recordings "
-                                       "are new files only); pick a new name") from None
+            raise InvalidArgumentError(f"cannot record to {shown(path, 200)}: something already exists there "
+                                       "(recordings are new files only); pick a new name") from None
         except OSError as exc:
-            raise InvalidArgumentError(f"cannot record to {path!r}: {exc.strerror}") from None
+            raise InvalidArgumentError(f"cannot record to {shown(path, 200)}: {exc.strerror}") from None
         return fd, os.path.join(root, *parts)
     finally:
         os.close(directory)

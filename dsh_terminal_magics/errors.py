@@ -11,9 +11,14 @@ class TerminalError(Exception):
     """Base of every error raised by dsh_terminal_magics."""
 
 
-def shown_id(value: str, limit: int = 80) -> str:
-    """An id as an error message quotes it: cut at ``limit`` characters (an id is short; a wrong one may not be)."""
-    return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
+def shown(value: object, limit: int = 80) -> str:
+    """A value a caller gave, as an error message quotes it: its ``repr``, cut after ``limit`` characters with
+    its length said.  A wrong id, key, type or path may be any size, and the message goes back into a model's
+    context: a 200,000-character key came back whole in its error."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= limit else repr(value[:limit]) + f"... ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 class UnknownSessionError(TerminalError, KeyError):
@@ -21,7 +26,7 @@ class UnknownSessionError(TerminalError, KeyError):
 
     def __init__(self, session_id: str) -> None:
         super().__init__(
-            f"unknown terminal session {shown_id(session_id)}: no session with this id is open for this owner; "
+            f"unknown terminal session {shown(session_id)}: no session with this id is open for this owner; "
             "call terminal_list to see your sessions"
         )
 
@@ -34,7 +39,7 @@ class UnknownJobError(TerminalError, KeyError):
 
     def __init__(self, job_id: str) -> None:
         super().__init__(
-            f"unknown job {shown_id(job_id)}: no job with this id exists for this owner; "
+            f"unknown job {shown(job_id)}: no job with this id exists for this owner; "
             "use the jobId returned by terminal_send with run_in_background"
         )
 

@@ -11,7 +11,7 @@ import signal as signal_module
 import unicodedata
 from typing import Literal, get_args
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, shown
 
 SignalName = Literal["SIGINT", "SIGTERM", "SIGKILL", "SIGTSTP", "SIGHUP"]
 #: Signals a caller may send to a terminal's foreground process group.
@@ -51,7 +51,7 @@ def signal_name(name: object) -> str:
         canonical = upper if upper.startswith("SIG") else "SIG" + upper
         if canonical in SIGNALS:
             return canonical
-    raise InvalidArgumentError(f"invalid signal {name!r}: use one of {', '.join(SIGNAL_NAMES)} "
+    raise InvalidArgumentError(f"invalid signal {shown(name)}: use one of {', '.join(SIGNAL_NAMES)} "
                                "(the SIG prefix is optional)")
 
 

@@ -19,7 +19,7 @@ from importlib import resources
 from importlib.metadata import entry_points
 from typing import Protocol, runtime_checkable
 
-from ..errors import BackendError
+from ..errors import BackendError, shown
 
 ENTRY_POINT_GROUP = "dsh_terminal_magics.backends"
 
@@ -169,7 +169,7 @@ class BackendRegistry:
             return self._backends[name]
         except KeyError:
             raise BackendError(
-                f"unknown terminal type {name!r}: registered types are {', '.join(self.names())}; "
+                f"unknown terminal type {shown(name)}: registered types are {', '.join(self.names())}; "
                 "use one of them (usually 'shell')"
             ) from None
 

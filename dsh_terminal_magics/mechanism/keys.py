@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, shown
 
 _CURSOR = {"Up": "A", "Down": "B", "Right": "C", "Left": "D", "Home": "H", "End": "F"}
 #: Keys xterm sends as ``ESC [ n ~`` (with modifiers ``ESC [ n ; m ~``).
@@ -46,7 +46,7 @@ _USE = ("use a name (Enter, Tab, Esc, Backspace, Space, Up, Down, Left, Right, H
 def encode_key(key: str, application_cursor: bool = False) -> str:
     """The characters one key sends."""
     if not isinstance(key, str) or not key:
-        raise InvalidArgumentError(f"key {key!r} is not a key name: {_USE}")
+        raise InvalidArgumentError(f"key {shown(key)} is not a key name: {_USE}")
     base, modifiers = _parse(key)
     meta = "M" in modifiers
     bits = sum(_MODIFIER_BITS[m] for m in modifiers)
@@ -72,7 +72,7 @@ def _parse(key: str) -> tuple[str, set[str]]:
     while (prefix := _MODIFIER_PREFIX.match(rest)) is not None:
         modifier = _MODIFIER_NAMES[prefix.group(1).lower()]
         if modifier in modifiers:
-            raise InvalidArgumentError(f"key {key!r} repeats the modifier {modifier}-: {_USE}")
+            raise InvalidArgumentError(f"key {shown(key)} repeats the modifier {modifier}-: {_USE}")
         modifiers.add(modifier)
         rest = rest[prefix.end():]
     if len(rest) > 1:
@@ -81,14 +81,14 @@ def _parse(key: str) -> tuple[str, set[str]]:
     if alias is not None:
         return _parse_alias(key, alias, modifiers)
     if rest not in _PLAIN and rest not in _CURSOR and rest not in _TILDE and rest not in _PF and len(rest) != 1:
-        raise InvalidArgumentError(f"unknown key {key!r}: {_USE}")
+        raise InvalidArgumentError(f"unknown key {shown(key)}: {_USE}")
     return rest, modifiers
 
 
 def _parse_alias(key: str, alias: str, modifiers: set[str]) -> tuple[str, set[str]]:
     base, own = _parse(alias)
     if modifiers & own:
-        raise InvalidArgumentError(f"key {key!r} repeats the modifier {''.join(modifiers & own)}-: {_USE}")
+        raise InvalidArgumentError(f"key {shown(key)} repeats the modifier {''.join(modifiers & own)}-: {_USE}")
     return base, modifiers | own
 
 
@@ -100,19 +100,20 @@ def _plain_key(key: str, base: str, modifiers: set[str]) -> str:
     char = " " if base == "Space" else base if len(base) == 1 else None
     if char is None:
         if modifiers:
-            raise InvalidArgumentError(f"key {key!r}: a terminal sends {base} with {'-, '.join(sorted(modifiers))}- "
-                                       f"as {base} alone (S-Tab is back-tab): send {base}, or M-{base}")
+            raise InvalidArgumentError(f"key {shown(key)}: a terminal sends {base} with "
+                                       f"{'-, '.join(sorted(modifiers))}- as {base} alone (S-Tab is back-tab): "
+                                       f"send {base}, or M-{base}")
         return _PLAIN[base]
     if "S" in modifiers:
         if not char.isalpha():
-            raise InvalidArgumentError(f"key {key!r}: shift makes only letters upper-case; send the shifted "
+            raise InvalidArgumentError(f"key {shown(key)}: shift makes only letters upper-case; send the shifted "
                                        "character itself (e.g. '!' for S-1)")
         char = char.upper()
     if "C" in modifiers:
         if char.isascii() and char.isalpha():
             return chr(ord(char.lower()) - ord("a") + 1)
         if char not in _CONTROL_PUNCTUATION:
-            raise InvalidArgumentError(f"key {key!r}: a terminal has no control character for {char!r}: send C- "
+            raise InvalidArgumentError(f"key {shown(key)}: a terminal has no control character for {char!r}: send C- "
                                        "with a letter, Space, @, [, \\, ], ^, _ or ?")
         return _CONTROL_PUNCTUATION[char]
     return char

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import (BackendError, InvalidArgumentError, SessionLimitError, SessionNotRunningError,
-                      TerminalError, UnknownSessionError)
+                      TerminalError, UnknownSessionError, shown)
 from ..owners import new_id
 from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE, SIGNALS, session_name_problem,
                           signal_name, wait_seconds_problem)
@@ -445,7 +445,7 @@ def _check_directories(cwd: str | None, where: str, root: str, sandbox: Sandbox)
     directory must exist (and, sandboxed, the workspace root), and be one the wrapping can start in."""
     if not os.path.isdir(where):
         raise InvalidArgumentError(
-            f"cwd {cwd!r} is not an existing directory: pass an existing directory, "
+            f"cwd {shown(cwd, 200)} is not an existing directory: pass an existing directory, "
             f"or omit cwd to start in the workspace root {root}")
     if sandbox.mode != "off" and not os.path.isdir(root):
         raise TerminalError(f"the workspace root {root!r} (the one directory a sandboxed session may write) is "
@@ -497,7 +497,7 @@ async def _prepare_in_time(backend: Backend, cwd: str | None, where: str, root: 
         if not finished:  # (on the loop, as answered runs: the two never overlap)
             given_up = True
             _unanswered_file_system += 1
-        raise InvalidArgumentError(f"cwd {cwd!r}: the file system did not answer within {FILE_SYSTEM_SECONDS:g} s "
-                                   f"whether {where!r} is a directory, or where the {backend.name!r} session's "
-                                   "program (or bubblewrap) is on PATH (a hung mount?): pick another directory, or "
-                                   "bring the mount back or unmount it") from None
+        raise InvalidArgumentError(f"cwd {shown(cwd, 200)}: the file system did not answer within "
+                                   f"{FILE_SYSTEM_SECONDS:g} s whether {shown(where, 200)} is a directory, or where "
+                                   f"the {backend.name!r} session's program (or bubblewrap) is on PATH (a hung "
+                                   "mount?): pick another directory, or bring the mount back or unmount it") from None

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, Mapping, Optional, Union
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, RootModel, StrictBool, StrictInt,
                       StrictStr, ValidationError, model_validator)
 
+from ..errors import shown
 from ..vocabulary import (COLS_RANGE, DEFAULT_READ_LINES, MAX_READ_LINES, MAX_WAIT_SECONDS, ROWS_RANGE, JobStatus,
                           SessionStatus, SignalName, TextCut, WaitReason, signal_name)
 
@@ -345,6 +346,10 @@ def tool_models(background: bool = True, extensions: bool = True) -> Mapping[str
     return MappingProxyType(models)
 
 
+#: Problems one error message lists; the rest are counted.
+MAX_PROBLEMS_SHOWN = 5
+
+
 def describe_validation_error(name: str, model: type[BaseModel], exc: ValidationError) -> str:
     """One message for all of a call's argument problems, naming the arguments the tool takes."""
     accepted = [f.alias or n for n, f in model.model_fields.items()]
@@ -353,17 +358,15 @@ def describe_validation_error(name: str, model: type[BaseModel], exc: Validation
         key = ".".join(str(p) for p in err["loc"])
         kind = err["type"]
         if kind == "extra_forbidden":
-            problems.append(f"unknown argument {key!r}")
+            problems.append(f"unknown argument {shown(key)}")
         elif kind == "missing":
             problems.append(f"missing required argument {key!r}")
         elif not key:  # a check of the whole call: its message names the argument (no echo of every value)
             problems.append(err["msg"].removeprefix("Value error, "))
         else:
-            problems.append(f"argument {key!r}: {err['msg']} (got {_short(err.get('input'))})")
+            problems.append(f"argument {key!r}: {err['msg']} (got {shown(err.get('input'), 200)})")
+    if len(problems) > MAX_PROBLEMS_SHOWN:  # (a call with thousands of unknown arguments: say how many)
+        problems[MAX_PROBLEMS_SHOWN:] = [f"and {len(problems) - MAX_PROBLEMS_SHOWN} more problems"]
     takes = ", ".join(accepted) if accepted else "no arguments"
     return f"{name}: " + "; ".join(problems) + f". {name} takes: {takes}"
 
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 200 else text[:200] + "…"

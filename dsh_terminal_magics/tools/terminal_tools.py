@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from pydantic import BaseModel, ValidationError
 
-from ..errors import InvalidArgumentError, TerminalError
+from ..errors import InvalidArgumentError, TerminalError, shown
 from ..jobs import JobInfo, JobRegistry
 from ..mechanism import EnvironmentPolicy, Sandbox, SessionManager, SessionOptions, USER_DEFAULT
 from ..mechanism.manager import shutdown_all as _shutdown_all_managers
@@ -355,7 +355,7 @@ class TerminalTools:
     def _validate(self, name: str, args: dict[str, Any] | None) -> BaseModel:
         models = self.models
         if not isinstance(name, str) or name not in models:
-            raise InvalidArgumentError(f"unknown tool {name!r}: the tools are {', '.join(models)}")
+            raise InvalidArgumentError(f"unknown tool {shown(name)}: the tools are {', '.join(models)}")
         if args is None:
             args = {}
         if not isinstance(args, dict):

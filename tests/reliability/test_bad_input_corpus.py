@@ -97,6 +97,18 @@ TOOL_CASES = [
      "is not a directory inside"),
     ("terminal_launch", {}, "unknown tool 'terminal_launch'"),
     ("terminal_list", ["not", "a", "dict"], "arguments must be a JSON object"),
+    # A value quoted back is cut, with its length said: the message goes into a model's context.
+    ("terminal_open", {"type": "z" * 100_000}, "unknown terminal type 'zzz"),
+    ("terminal_open", {"type": "shell", "cwd": "/no/" + "d" * 100_000}, "(100004 characters) is not an existing"),
+    ("terminal_send", {"sessionId": "$SID", "text": "", "keys": ["k" * 100_000]}, "(100000 characters): use a"),
+    ("terminal_send", {"sessionId": "$SID", "text": "", "keys": ["C-" + "k" * 100_000]}, "(100002 characters)"),
+    ("terminal_send", {"sessionId": "$SID", "text": "ls", "a" * 100_000: 1}, "unknown argument 'aaa"),
+    ("terminal_send", {"sessionId": "$SID", "text": "ls", **{f"extra{i}": 1 for i in range(10_000)}},
+     "unknown argument 'extra4'; and 9995 more problems"),
+    ("terminal_signal", {"sessionId": "$SID", "signal": "S" * 100_000}, "argument 'signal'"),
+    ("terminal_record", {"sessionId": "$SID", "action": "start", "path": "/" + "p" * 100_000},
+     "(100001 characters) must be a plain relative path"),
+    ("t" * 100_000, {}, "(100000 characters): the tools are"),
 ]
 
 
@@ -141,7 +153,7 @@ def test_corpus_is_large_enough():
 
 
 @pytest.mark.parametrize("tool,args,message", TOOL_CASES,
-                         ids=[f"{i}-{c[0]}" for i, c in enumerate(TOOL_CASES)])
+                         ids=[f"{i}-{c[0][:20]}" for i, c in enumerate(TOOL_CASES)])
 def test_tool_call_is_refused_cleanly(world, tool, args, message):
     tools, me, other, ids = world
     before = state(tools, me, other)
