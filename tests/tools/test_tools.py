@@ -200,9 +200,11 @@ def test_a_second_ctrl_c_during_a_call_interrupts_again(tools, agent, shell, tmp
     import threading
     from tests.conftest import wait_for
     program = tmp_path / "cleans_up.py"
+    # (Each mark is made inside the try that handles the next Ctrl-C: the presser acts the moment it sees one,
+    # and a program held off a CPU right after making it - under load - must still be in that try.)
     program.write_text(f"import time, pathlib\nmark = pathlib.Path({str(tmp_path)!r})\ntry:\n"
                        "    (mark / 'working').touch()\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
-                       "    (mark / 'cleaning').touch()\n    try:\n        time.sleep(10)\n"
+                       "    try:\n        (mark / 'cleaning').touch()\n        time.sleep(10)\n"
                        "        print('cleaned up', flush=True)\n    except KeyboardInterrupt:\n"
                        "        print('clean-up cut short', flush=True)\n")
 
