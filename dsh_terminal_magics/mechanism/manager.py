@@ -31,6 +31,7 @@ from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE
 from .backends import BASE_ENV, Backend, BackendRegistry, LaunchSpec
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy
+from .fork_server import ForkServer
 from .keys import encode_keys
 from .process_tree import SESSION_TOKEN_ENV, end_trees, off_the_loop
 from .pty_child import spawn_off_loop
@@ -434,6 +435,7 @@ def shutdown_all() -> None:
                 manager.sync.shutdown()
         except Exception:
             pass
+    ForkServer.stop()
     Watchdog.stop()
 
 

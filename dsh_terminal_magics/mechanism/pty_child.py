@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import os
 import queue
 import re
+import shutil
 import signal
+import struct
 import threading
 import termios
 import time
@@ -25,7 +28,8 @@ from typing import Any, Callable
 from ptyprocess import PtyProcess
 
 from ..errors import TerminalError
-from .process_tree import ProcessId, make_leader_preexec, read_stat
+from .fork_server import ForkServer
+from .process_tree import ProcessId, is_alive, make_leader_preexec, read_stat
 from .sandbox import Wrapped
 
 #: Most foreground processes watched for exit at once (pidfds).
@@ -41,6 +45,8 @@ TURN_BUDGET = 0.004
 #: big or bigger counts its session as busy for :data:`BUSY_WINDOW` seconds.
 MIN_BATCH = 4096
 BUSY_WINDOW = 0.05
+#: Looks, a millisecond apart, for the exit status the fork server tells after a leader's exit.
+STATUS_ASKS = 200
 
 
 class _BusyReaders:
@@ -86,6 +92,8 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
     (:func:`spawn_off_loop`)."""
     _check_descriptors_left()
     argv, fds, confine = command()
+    if not fds and confine is None and _FORK_SERVED:
+        return _spawn_by_server(argv, cwd, env, rows, cols)
     pass_fds = tuple(fds)
     leader = make_leader_preexec(os.getpid())
 
@@ -103,6 +111,36 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
     finally:
         for fd in pass_fds:  # the child has its copies
             os.close(fd)
+    proc.delayafterclose = proc.delayafterterminate = 0
+    return proc
+
+
+#: Whether sessions are started by the fork server (:mod:`.fork_server`): where exits can be watched with a
+#: pidfd (a leader is then not our child), and unless ``DSH_TERMINAL_FORK_SERVER=0``.  A wrapping that passes
+#: descriptors or confines the child (the sandbox's) forks here, as before.
+_FORK_SERVED = hasattr(os, "pidfd_open") and os.environ.get("DSH_TERMINAL_FORK_SERVER", "1") != "0"
+
+
+def _spawn_by_server(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int) -> PtyProcess:
+    """:func:`spawn` through the fork server: this process opens the PTY and the server forks the leader."""
+    path = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0])
+    if path is None:
+        raise TerminalError(f"could not start {' '.join(argv)}: {argv[0]} is not on PATH; "
+                            "check that the program is installed and runnable")
+    master, slave = os.openpty()
+    try:
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        pid = ForkServer.spawn([path, *argv[1:]], env, cwd, slave)
+    except OSError as exc:
+        os.close(master)
+        raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
+                            + _start_advice(exc)) from exc
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    proc = PtyProcess(pid, master)
     proc.delayafterclose = proc.delayafterterminate = 0
     return proc
 
@@ -232,6 +270,7 @@ class PtyChild:
         self.exit_status: int | None = None
         self.exited = False
         self.exits_seen = 0
+        self._status_asks = 0
         self._exit_watch: dict[int, int] = {}
         #: Bytes the next readable event reads at most (see :data:`TURN_BUDGET`).
         self._batch_bytes = 1 << 20
@@ -423,8 +462,8 @@ class PtyChild:
             return True
         try:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            pid, status = self.pid, -1
+        except ChildProcessError:  # the fork server's child: it tells the status, a moment after the exit
+            pid, status = self._told_status()
         if pid == 0:
             return False
         self.exit_status = _exit_code(status) if status >= 0 else None
@@ -432,6 +471,25 @@ class PtyChild:
         self.drain()
         self._on_change()
         return True
+
+    def _told_status(self) -> tuple[int, int]:
+        """:func:`os.waitpid`'s answer for a leader the fork server started (not our child): ``(0, 0)`` while it
+        runs, or while it has ended and the server has not told its status yet (asked again in a millisecond);
+        ``(pid, -1)`` when it never does (the server died with it)."""
+        status = ForkServer.exit_status(self.pid)
+        if status is not None:
+            return self.pid, status
+        if is_alive(self.leader):
+            return 0, 0
+        self._status_asks += 1
+        if self._status_asks > STATUS_ASKS:
+            return self.pid, -1
+        self.loop.call_later(0.001, self._ask_status_again)
+        return 0, 0
+
+    def _ask_status_again(self) -> None:
+        if not self.closed:
+            self.reap()
 
     def watch_exits(self, pids: set[int]) -> None:
         """Call ``on_change`` when any of ``pids`` exits (pidfds); stop watching the others."""

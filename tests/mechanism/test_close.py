@@ -10,6 +10,7 @@ import time
 import pytest
 
 from dsh_terminal_magics.mechanism import SendRequest
+from dsh_terminal_magics.mechanism.fork_server import ForkServer
 from dsh_terminal_magics.mechanism.process_tree import ProcessId, children_of, is_alive, read_stat
 from dsh_terminal_magics.mechanism.sandbox import Sandbox, sandbox_problem
 from tests.conftest import end_kernel, wait_for
@@ -125,9 +126,10 @@ def test_many_cycles_leave_fds_threads_and_zombies_unchanged(manager, agent):
 
 
 def _whole_tree(pid: int) -> list[int]:
-    """The process we started that ``pid`` runs under (a wrapper's, or ``pid`` itself), and every process
-    under it (a walk of the children lists)."""
-    while (stat := read_stat(pid)) is not None and stat.ppid != os.getpid():
+    """The process we (or the fork server) started that ``pid`` runs under (a wrapper's, or ``pid`` itself), and
+    every process under it (a walk of the children lists)."""
+    starters = {os.getpid(), *([ForkServer._proc.pid] if ForkServer._proc is not None else [])}
+    while (stat := read_stat(pid)) is not None and stat.ppid not in starters:
         pid = stat.ppid
     found, stack = [], [pid]
     while stack:

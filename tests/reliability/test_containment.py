@@ -317,6 +317,7 @@ ORPHANS_COME_HOME = textwrap.dedent("""
     import ctypes, json, os, sys, time
     ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: orphans come here
     from dsh_terminal_magics import Agent, TerminalTools
+    from dsh_terminal_magics.mechanism.fork_server import ForkServer
     from dsh_terminal_magics.mechanism.watchdog import Watchdog
     tools, agent = TerminalTools(config=json.loads(sys.argv[1])), Agent("a")
     sid = tools.call("terminal_open", {"type": sys.argv[2]}, agent=agent).session_id
@@ -333,7 +334,8 @@ ORPHANS_COME_HOME = textwrap.dedent("""
         me = os.getpid()
         kids = [int(p) for t in os.listdir(f"/proc/{me}/task")
                 for p in read(f"/proc/{me}/task/{t}/children").split()]
-        return [stat.split(")")[0] for p in kids if p != Watchdog._proc.pid and (stat := read(f"/proc/{p}/stat"))]
+        helpers = {Watchdog._proc.pid, ForkServer._proc.pid if ForkServer._proc else 0}  # (for the process's life)
+        return [stat.split(")")[0] for p in kids if p not in helpers and (stat := read(f"/proc/{p}/stat"))]
     deadline = time.monotonic() + 10
     while strays() and time.monotonic() < deadline:
         time.sleep(0.05)

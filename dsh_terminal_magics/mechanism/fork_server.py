@@ -1,0 +1,266 @@
+"""A small process that forks session leaders, so that opening a session never forks this one.
+
+A fork copies this whole process copy-on-write: until the child execs, every page any thread here writes is
+copied first - the loop's work for every other session slowed three- to fourfold for the length of each open's
+fork - and Python's after-fork work runs in a copy of all of it (3 ms from the fork to the exec here).  The
+server is ``python3 -S`` running this file, standard library only; its forks are small.  It is this process's
+child, started with the first session; a leader it forks is its child, dies with it (``PR_SET_PDEATHSIG``),
+and is reaped by it, which tells us the exit status.  It exits when our end of its socket closes (we exited,
+or were killed: the watchdog then ends what the sessions left).
+
+Protocol, over one ``SOCK_SEQPACKET`` socket pair: a request is JSON ``{argv, env, cwd, umask}`` with the
+PTY's slave as its one descriptor (``SCM_RIGHTS``); the reply is ``{"pid": N}`` or ``{"errno": E, "error":
+"..."}``.  Exit notices ``{"exit": pid, "status": wait status}`` come on a second pair.
+"""
+from __future__ import annotations
+
+import array
+import ctypes
+import fcntl
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import termios
+import threading
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+#: Signals a leader starts with at their default action (the server ignores some; exec keeps what is ignored).
+DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD)
+#: See :data:`.process_tree.SESSION_OOM_SCORE_ADJ` (the same value: this file imports nothing of the package).
+OOM_SCORE_ADJ = b"1000"
+
+
+class ForkServer:
+    """This process's end of the fork server, started on first use (any thread)."""
+
+    _proc: "subprocess.Popen[bytes] | None" = None
+    _requests: socket.socket | None = None
+    _exits: socket.socket | None = None
+    _lock = threading.Lock()
+    _exits_lock = threading.Lock()
+    #: Exit statuses told and not taken yet, by pid.
+    _statuses: dict[int, int] = {}
+
+    @classmethod
+    def spawn(cls, argv: list[str], env: dict[str, str], cwd: str, slave: int) -> int:
+        """Start ``argv`` as the leader of a new session on the PTY whose slave is ``slave``; returns its pid
+        once it has exec'd (raises :class:`OSError` with the child's error when it could not)."""
+        request = json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": _umask()}).encode()
+        with cls._lock:
+            for attempt in (1, 2):  # (a server that died is started again once)
+                requests = cls._ensure()
+                try:
+                    requests.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [slave]))])
+                    reply = requests.recv(65536)
+                except OSError:
+                    reply = b""
+                if reply:
+                    break
+                cls._stop_locked()
+                if attempt == 2:
+                    raise OSError(0, "the fork server did not answer")
+        answer = json.loads(reply)
+        if "pid" not in answer:
+            raise OSError(int(answer.get("errno", 0)), str(answer.get("error", "could not start")))
+        return int(answer["pid"])
+
+    @classmethod
+    def exit_status(cls, pid: int) -> int | None:
+        """The wait status of ``pid``, a leader the server started, once it has told it (never blocks)."""
+        with cls._exits_lock:
+            exits = cls._exits
+            while exits is not None:
+                try:
+                    notice = json.loads(exits.recv(4096, socket.MSG_DONTWAIT) or b"null")
+                except (BlockingIOError, InterruptedError):
+                    break
+                except (OSError, ValueError):
+                    break
+                if notice is None:
+                    break
+                cls._statuses[int(notice["exit"])] = int(notice["status"])
+            return cls._statuses.pop(pid, None)
+
+    @classmethod
+    def stop(cls) -> None:
+        """Close our end (the server exits, and the leaders still running with it) and reap it."""
+        with cls._lock:
+            cls._stop_locked()
+
+    @classmethod
+    def _ensure(cls) -> socket.socket:
+        if cls._proc is not None and cls._proc.poll() is None and cls._requests is not None:
+            return cls._requests
+        cls._stop_locked()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        our_exits, their_exits = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            cls._proc = subprocess.Popen(
+                [sys.executable, "-S", os.path.abspath(__file__), str(theirs.fileno()), str(their_exits.fileno())],
+                pass_fds=(theirs.fileno(), their_exits.fileno()), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=_server_env())
+        except BaseException:
+            for sock in (ours, our_exits):
+                sock.close()
+            raise
+        finally:
+            theirs.close()
+            their_exits.close()
+        cls._requests, cls._exits = ours, our_exits
+        return ours
+
+    @classmethod
+    def _stop_locked(cls) -> None:
+        proc, cls._proc = cls._proc, None
+        for name in ("_requests", "_exits"):
+            sock = getattr(cls, name)
+            setattr(cls, name, None)
+            if sock is not None:
+                sock.close()
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _server_env() -> dict[str, str]:
+    """The server's own environment: none of the sessions' markers (the watchdog ends what carries one)."""
+    return {key: value for key, value in os.environ.items() if not key.startswith("DSH_TERMINAL_")}
+
+
+# -- the server ------------------------------------------------------------------------------------------
+def serve(requests: socket.socket, exits: socket.socket) -> None:
+    """Answer requests until our end closes, telling each child's exit as it is reaped."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_write)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    libc = ctypes.CDLL(None, use_errno=True)
+    while True:
+        try:
+            ready, _, _ = select.select([requests.fileno(), wake_read], [], [])
+        except InterruptedError:
+            continue
+        if wake_read in ready:
+            while _drained(wake_read):
+                pass
+        _tell_exits(exits)
+        if requests.fileno() in ready:
+            try:
+                message, ancillary, _, _ = requests.recvmsg(65536, socket.CMSG_SPACE(4))
+            except InterruptedError:
+                continue
+            if not message:
+                return
+            slave = _received_fd(ancillary)
+            try:
+                requests.send(json.dumps(_start(json.loads(message), slave, libc)).encode())
+            finally:
+                os.close(slave)
+
+
+def _drained(fd: int) -> bool:
+    try:
+        return bool(os.read(fd, 512))
+    except BlockingIOError:
+        return False
+
+
+def _received_fd(ancillary: list[tuple[int, int, bytes]]) -> int:
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
+    return fds[0]
+
+
+def _tell_exits(exits: socket.socket) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        try:
+            exits.send(json.dumps({"exit": pid, "status": status}).encode())
+        except OSError:
+            pass
+
+
+def _start(request: dict, slave: int, libc: ctypes.CDLL) -> dict:
+    """Fork the leader; its answer once it has exec'd, or its error."""
+    errors_read, errors_write = os.pipe2(os.O_CLOEXEC)
+    server = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        os.close(errors_read)
+        os.close(errors_write)
+        return {"errno": exc.errno or 0, "error": exc.strerror or str(exc)}
+    if pid == 0:
+        try:
+            _become_leader(request, slave, errors_write, server, libc)
+        except BaseException as exc:  # noqa: BLE001 - told to the server, whatever it is
+            code = exc.errno if isinstance(exc, OSError) and exc.errno else 0
+            os.write(errors_write, json.dumps({"errno": code, "error": str(exc)}).encode())
+        finally:
+            os._exit(127)
+    os.close(errors_write)
+    with open(errors_read, "rb") as errors:
+        failure = errors.read()
+    if failure:
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+        return json.loads(failure)
+    return {"pid": pid}
+
+
+def _become_leader(request: dict, slave: int, errors_write: int, server: int, libc: ctypes.CDLL) -> None:
+    """In the child: a new session on the PTY, our steps for a leader, then the exec."""
+    os.setsid()
+    fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    for fd in (0, 1, 2):
+        os.dup2(slave, fd)
+    os.closerange(3, errors_write)
+    os.closerange(errors_write + 1, 1 << 20)
+    os.chdir(request["cwd"])
+    os.umask(request["umask"])
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != server:  # the server died before the prctl took hold
+        os._exit(1)
+    try:
+        with open("/proc/self/oom_score_adj", "wb") as oom:  # first for the out-of-memory killer
+            oom.write(OOM_SCORE_ADJ)
+    except OSError:
+        pass
+    signal.set_wakeup_fd(-1)
+    for sig in DEFAULT_SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+    attrs = termios.tcgetattr(0)
+    if attrs[0] & termios.IXON:  # (no XON/XOFF flow control: see process_tree.no_flow_control)
+        attrs[0] &= ~termios.IXON
+        termios.tcsetattr(0, termios.TCSANOW, attrs)
+    os.execve(request["argv"][0], request["argv"], request["env"])
+
+
+if __name__ == "__main__":
+    serve(socket.socket(fileno=int(sys.argv[1])), socket.socket(fileno=int(sys.argv[2])))
