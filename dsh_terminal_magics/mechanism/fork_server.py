@@ -26,13 +26,10 @@ import subprocess
 import sys
 import termios
 import threading
+from types import ModuleType
 
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
 #: Signals a leader starts with at their default action (the server ignores some; exec keeps what is ignored).
 DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD)
-#: See :data:`.process_tree.SESSION_OOM_SCORE_ADJ` (the same value: this file imports nothing of the package).
-OOM_SCORE_ADJ = b"1000"
 
 
 class ForkServer:
@@ -144,12 +141,14 @@ def _server_env() -> dict[str, str]:
 # -- the server ------------------------------------------------------------------------------------------
 def serve(requests: socket.socket, exits: socket.socket) -> None:
     """Answer requests until our end closes, telling each child's exit as it is reaped."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (as the watchdog does: not the package)
+    import process_tree as tree  # noqa: E402
+    libc = ctypes.CDLL(None, use_errno=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    libc = ctypes.CDLL(None, use_errno=True)
     while True:
         try:
             ready, _, _ = select.select([requests.fileno(), wake_read], [], [])
@@ -168,7 +167,7 @@ def serve(requests: socket.socket, exits: socket.socket) -> None:
                 return
             slave = _received_fd(ancillary)
             try:
-                requests.send(json.dumps(_start(json.loads(message), slave, libc)).encode())
+                requests.send(json.dumps(_start(json.loads(message), slave, tree, libc)).encode())
             finally:
                 os.close(slave)
 
@@ -202,7 +201,7 @@ def _tell_exits(exits: socket.socket) -> None:
             pass
 
 
-def _start(request: dict, slave: int, libc: ctypes.CDLL) -> dict:
+def _start(request: dict, slave: int, tree: ModuleType, libc: ctypes.CDLL) -> dict:
     """Fork the leader; its answer once it has exec'd, or its error."""
     errors_read, errors_write = os.pipe2(os.O_CLOEXEC)
     server = os.getpid()
@@ -214,7 +213,7 @@ def _start(request: dict, slave: int, libc: ctypes.CDLL) -> dict:
         return {"errno": exc.errno or 0, "error": exc.strerror or str(exc)}
     if pid == 0:
         try:
-            _become_leader(request, slave, errors_write, server, libc)
+            _become_leader(request, slave, errors_write, server, tree, libc)
         except BaseException as exc:  # noqa: BLE001 - told to the server, whatever it is
             code = exc.errno if isinstance(exc, OSError) and exc.errno else 0
             os.write(errors_write, json.dumps({"errno": code, "error": str(exc)}).encode())
@@ -232,8 +231,10 @@ def _start(request: dict, slave: int, libc: ctypes.CDLL) -> dict:
     return {"pid": pid}
 
 
-def _become_leader(request: dict, slave: int, errors_write: int, server: int, libc: ctypes.CDLL) -> None:
-    """In the child: a new session on the PTY, our steps for a leader, then the exec."""
+def _become_leader(request: dict, slave: int, errors_write: int, server: int, tree: ModuleType,
+                   libc: ctypes.CDLL) -> None:
+    """In the child: a new session on the PTY, the steps of :func:`.process_tree.make_leader_preexec` (``tree``
+    is that module), then the exec."""
     os.setsid()
     fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
     for fd in (0, 1, 2):
@@ -242,23 +243,16 @@ def _become_leader(request: dict, slave: int, errors_write: int, server: int, li
     os.closerange(errors_write + 1, 1 << 20)
     os.chdir(request["cwd"])
     os.umask(request["umask"])
-    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(tree.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    libc.prctl(tree.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != server:  # the server died before the prctl took hold
         os._exit(1)
-    try:
-        with open("/proc/self/oom_score_adj", "wb") as oom:  # first for the out-of-memory killer
-            oom.write(OOM_SCORE_ADJ)
-    except OSError:
-        pass
+    tree.first_for_the_oom_killer()
     signal.set_wakeup_fd(-1)
     for sig in DEFAULT_SIGNALS:
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    attrs = termios.tcgetattr(0)
-    if attrs[0] & termios.IXON:  # (no XON/XOFF flow control: see process_tree.no_flow_control)
-        attrs[0] &= ~termios.IXON
-        termios.tcsetattr(0, termios.TCSANOW, attrs)
+    tree.no_flow_control(0)
     os.execve(request["argv"][0], request["argv"], request["env"])
 
 

@@ -1,7 +1,8 @@
 """The process on a PTY: spawn, read, write, reap, watch exits, close.
 
-:func:`spawn` starts the program with ``ptyprocess`` (our session-leader
-preexec) in a spawner thread; :class:`PtyChild` (loop thread only) then holds
+:func:`spawn` starts the program from a spawner thread - through the fork server
+(:mod:`.fork_server`), or with ``ptyprocess`` and our session-leader preexec when
+the sandbox's wrapping passes descriptors; :class:`PtyChild` (loop thread only) then holds
 the descriptors a session needs: the master (non-blocking, read
 as soon as it is readable), a slave descriptor for ``TIOCINQ``, a pidfd for
 the leader's exit, and pidfds watching the foreground group's processes.

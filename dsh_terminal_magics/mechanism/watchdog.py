@@ -1,7 +1,8 @@
 """A watchdog process that ends every session tree if this process dies abruptly.
 
-Session leaders die with the loop thread that spawned them
-(``PR_SET_PDEATHSIG``), but their orphans would live on.  The watchdog is a
+Session leaders die with the process that forked them
+(``PR_SET_PDEATHSIG``: the fork server, which exits when our end of its socket
+closes), but their orphans would live on.  The watchdog is a
 small separate process holding the read end of a pipe from us; when the pipe
 reaches end-of-file (we exited, or were killed with SIGKILL) it freezes and
 kills every process whose environment carries this process's session token.
