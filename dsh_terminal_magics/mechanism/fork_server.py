@@ -8,9 +8,10 @@ child, started with the first session; a leader it forks is its child, dies with
 and is reaped by it, which tells us the exit status.  It exits when our end of its socket closes (we exited,
 or were killed: the watchdog then ends what the sessions left).
 
-Protocol, over one ``SOCK_SEQPACKET`` socket pair: a request is JSON ``{argv, env, cwd, umask}`` with the
-PTY's slave as its one descriptor (``SCM_RIGHTS``); the reply is ``{"pid": N}`` or ``{"errno": E, "error":
-"..."}``.  Exit notices ``{"exit": pid, "status": wait status}`` come on a second pair.
+Protocol, over one ``SOCK_SEQPACKET`` socket pair: a request passes two descriptors (``SCM_RIGHTS``): the
+PTY's slave and a memfd holding JSON ``{argv, env, cwd, umask}`` (an environment may be larger than a socket
+message); the reply is ``{"pid": N}`` or ``{"errno": E, "error": "..."}``.  Exit notices ``{"exit": pid,
+"status": wait status}`` come on a second pair.
 """
 from __future__ import annotations
 
@@ -47,20 +48,25 @@ class ForkServer:
     def spawn(cls, argv: list[str], env: dict[str, str], cwd: str, slave: int) -> int:
         """Start ``argv`` as the leader of a new session on the PTY whose slave is ``slave``; returns its pid
         once it has exec'd (raises :class:`OSError` with the child's error when it could not)."""
-        request = json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": _umask()}).encode()
-        with cls._lock:
-            for attempt in (1, 2):  # (a server that died is started again once)
-                requests = cls._ensure()
-                try:
-                    requests.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [slave]))])
-                    reply = requests.recv(65536)
-                except OSError:
-                    reply = b""
-                if reply:
-                    break
-                cls._stop_locked()
-                if attempt == 2:
-                    raise OSError(0, "the fork server did not answer")
+        request = os.memfd_create("dsh-terminal-spawn", os.MFD_CLOEXEC)
+        try:
+            os.write(request, json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": _umask()}).encode())
+            fds = array.array("i", [slave, request])
+            with cls._lock:
+                for attempt in (1, 2):  # (a server that died is started again once)
+                    requests = cls._ensure()
+                    try:
+                        requests.sendmsg([b"spawn"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+                        reply = requests.recv(65536)
+                    except OSError:
+                        reply = b""
+                    if reply:
+                        break
+                    cls._stop_locked()
+                    if attempt == 2:
+                        raise OSError(0, "the fork server did not answer")
+        finally:
+            os.close(request)
         answer = json.loads(reply)
         if "pid" not in answer:
             raise OSError(int(answer.get("errno", 0)), str(answer.get("error", "could not start")))
@@ -160,16 +166,20 @@ def serve(requests: socket.socket, exits: socket.socket) -> None:
         _tell_exits(exits)
         if requests.fileno() in ready:
             try:
-                message, ancillary, _, _ = requests.recvmsg(65536, socket.CMSG_SPACE(4))
+                message, ancillary, _, _ = requests.recvmsg(64, socket.CMSG_SPACE(8))
             except InterruptedError:
                 continue
             if not message:
                 return
-            slave = _received_fd(ancillary)
+            fds = _received_fds(ancillary)
             try:
-                requests.send(json.dumps(_start(json.loads(message), slave, tree, libc)).encode())
+                answer = _start(_request(fds[1]), fds[0], tree, libc)
+            except Exception as exc:  # noqa: BLE001 - a bad request is answered, never the server's end
+                answer = {"errno": 0, "error": f"the fork server could not read the request: {exc}"}
             finally:
-                os.close(slave)
+                for fd in fds:
+                    os.close(fd)
+            requests.send(json.dumps(answer).encode())
 
 
 def _drained(fd: int) -> bool:
@@ -179,12 +189,18 @@ def _drained(fd: int) -> bool:
         return False
 
 
-def _received_fd(ancillary: list[tuple[int, int, bytes]]) -> int:
+def _received_fds(ancillary: list[tuple[int, int, bytes]]) -> list[int]:
     fds = array.array("i")
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[:len(data) - len(data) % fds.itemsize])
-    return fds[0]
+    return list(fds)
+
+
+def _request(memfd: int) -> dict:
+    with os.fdopen(os.dup(memfd), "rb") as request:
+        request.seek(0)
+        return json.loads(request.read())
 
 
 def _tell_exits(exits: socket.socket) -> None:

@@ -259,3 +259,15 @@ def test_a_fork_server_that_died_is_started_again(manager, agent):
     assert "back-2" in r.viewport and r.wait_reason == "stdin_read", r
     manager.sync.close(agent, first.session_id)
     manager.sync.close(agent, second.session_id)
+
+
+def test_an_environment_larger_than_a_socket_message_reaches_the_program(manager, agent):
+    """The request goes to the fork server in a memfd: as one socket message, a 100 KB variable (a long PATH, a
+    tool's state) was cut at 64 KiB and the server could not read it - no session opened."""
+    from dsh_terminal_magics.mechanism.environment import EnvironmentPolicy
+
+    policy = EnvironmentPolicy(inherit="core", set={"BIG": "x" * 100_000})
+    info = manager.sync.open(agent, "shell", environment=policy)
+    r = manager.sync.send(agent, info.session_id, SendRequest("echo ${#BIG}"))
+    assert r.viewport.splitlines()[1] == "100000", r.viewport
+    manager.sync.close(agent, info.session_id)
