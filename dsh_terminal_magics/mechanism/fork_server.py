@@ -20,6 +20,7 @@ import ctypes
 import fcntl
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -50,7 +51,8 @@ class ForkServer:
         once it has exec'd (raises :class:`OSError` with the child's error when it could not)."""
         request = os.memfd_create("dsh-terminal-spawn", os.MFD_CLOEXEC)
         try:
-            os.write(request, json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": _umask()}).encode())
+            os.write(request, json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": _umask(),
+                                          "limits": _limits()}).encode())
             fds = array.array("i", [slave, request])
             with cls._lock:
                 for attempt in (1, 2):  # (a server that died is started again once)
@@ -137,6 +139,13 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def _limits() -> dict[str, list[int]]:
+    """This process's resource limits, by name: a leader starts with them, as it would forked from here (a
+    notebook that raised ``RLIMIT_NOFILE`` after the server started)."""
+    return {name: list(resource.getrlimit(getattr(resource, name))) for name in dir(resource)
+            if name.startswith("RLIMIT_")}
 
 
 def _server_env() -> dict[str, str]:
@@ -259,6 +268,11 @@ def _become_leader(request: dict, slave: int, errors_write: int, server: int, tr
     os.closerange(errors_write + 1, 1 << 20)
     os.chdir(request["cwd"])
     os.umask(request["umask"])
+    for name, (soft, hard) in request["limits"].items():
+        try:
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (ValueError, OSError, AttributeError):
+            pass  # (one the server may not raise back: it keeps the server's)
     libc.prctl(tree.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     libc.prctl(tree.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != server:  # the server died before the prctl took hold

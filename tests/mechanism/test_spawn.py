@@ -271,3 +271,23 @@ def test_an_environment_larger_than_a_socket_message_reaches_the_program(manager
     r = manager.sync.send(agent, info.session_id, SendRequest("echo ${#BIG}"))
     assert r.viewport.splitlines()[1] == "100000", r.viewport
     manager.sync.close(agent, info.session_id)
+
+
+def test_a_leader_starts_with_this_process_s_limits_and_umask_as_they_are_now(manager, agent):
+    """The fork server was started with the process's limits and umask of that moment; a leader it forks takes
+    them as they are at the open, as one forked from here would (a notebook that lowered its umask, or changed
+    its open-file limit, after its first session)."""
+    import resource
+
+    manager.sync.close(agent, manager.sync.open(agent, "shell").session_id)  # (the server runs from here on)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    mask = os.umask(0o077)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 7, hard))
+        info = manager.sync.open(agent, "shell")
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        os.umask(mask)
+    r = manager.sync.send(agent, info.session_id, SendRequest("ulimit -n; umask"))
+    assert r.viewport.splitlines()[1:3] == [str(soft - 7), "0077"], r.viewport
+    manager.sync.close(agent, info.session_id)
