@@ -9,8 +9,8 @@ and is reaped by it, which tells us the exit status.  It exits when our end of i
 or were killed: the watchdog then ends what the sessions left).
 
 Protocol, over one ``SOCK_SEQPACKET`` socket pair: a request passes two descriptors (``SCM_RIGHTS``): the
-PTY's slave and a memfd holding JSON ``{argv, env, cwd, umask}`` (an environment may be larger than a socket
-message); the reply is ``{"pid": N}`` or ``{"errno": E, "error": "..."}``.  Exit notices ``{"exit": pid,
+PTY's slave and a memfd holding JSON ``{argv, env, cwd, umask, limits}`` (an environment may be larger than a
+socket message); the reply is ``{"pid": N}`` or ``{"errno": E, "error": "..."}``.  Exit notices ``{"exit": pid,
 "status": wait status}`` come on a second pair.
 """
 from __future__ import annotations
@@ -164,6 +164,7 @@ def serve(requests: socket.socket, exits: socket.socket) -> None:
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    exits.setblocking(False)  # (a notice we never read is dropped - its status then reads unknown - never waited on)
     while True:
         try:
             ready, _, _ = select.select([requests.fileno(), wake_read], [], [])
