@@ -8,10 +8,11 @@ child, started with the first session; a leader it forks is its child, dies with
 and is reaped by it, which tells us the exit status.  It exits when our end of its socket closes (we exited,
 or were killed: the watchdog then ends what the sessions left).
 
-Protocol, over one ``SOCK_SEQPACKET`` socket pair: a request passes two descriptors (``SCM_RIGHTS``): the
-PTY's slave and a memfd holding JSON ``{argv, env, cwd, umask, limits}`` (an environment may be larger than a
-socket message); the reply is ``{"pid": N}`` or ``{"errno": E, "error": "..."}``.  Exit notices ``{"exit": pid,
-"status": wait status}`` come on a second pair.
+Protocol, over one ``SOCK_SEQPACKET`` socket pair: a request passes descriptors (``SCM_RIGHTS``): the PTY's
+slave, a memfd holding JSON ``{argv, env, cwd, umask, limits, fds}`` (an environment may be larger than a socket
+message), then the descriptors the leader keeps, which it gets under the numbers ``fds`` lists.  The reply is
+``{"pid": N}`` or ``{"errno": E, "error": "..."}``.  Exit notices ``{"exit": pid, "status": wait status}`` come
+on a second pair.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ import termios
 import threading
 from types import ModuleType
 
+#: Descriptors a request passes at most (the slave, the request, what the leader keeps).
+MAX_FDS = 16
 #: Signals a leader starts with at their default action (the server ignores some; exec keeps what is ignored).
 DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD)
 
@@ -46,14 +49,15 @@ class ForkServer:
     _statuses: dict[int, int] = {}
 
     @classmethod
-    def spawn(cls, argv: list[str], env: dict[str, str], cwd: str, slave: int) -> int:
-        """Start ``argv`` as the leader of a new session on the PTY whose slave is ``slave``; returns its pid
-        once it has exec'd (raises :class:`OSError` with the child's error when it could not)."""
+    def spawn(cls, argv: list[str], env: dict[str, str], cwd: str, slave: int, keep: tuple[int, ...] = ()) -> int:
+        """Start ``argv`` as the leader of a new session on the PTY whose slave is ``slave``, with the descriptors
+        ``keep`` under their numbers here; returns its pid once it has exec'd (raises :class:`OSError` with the
+        child's error when it could not)."""
         request = os.memfd_create("dsh-terminal-spawn", os.MFD_CLOEXEC)
         try:
             os.write(request, json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": _umask(),
-                                          "limits": _limits()}).encode())
-            fds = array.array("i", [slave, request])
+                                          "limits": _limits(), "fds": list(keep)}).encode())
+            fds = array.array("i", [slave, request, *keep])
             with cls._lock:
                 for attempt in (1, 2):  # (a server that died is started again once)
                     requests = cls._ensure()
@@ -176,14 +180,14 @@ def serve(requests: socket.socket, exits: socket.socket) -> None:
         _tell_exits(exits)
         if requests.fileno() in ready:
             try:
-                message, ancillary, _, _ = requests.recvmsg(64, socket.CMSG_SPACE(8))
+                message, ancillary, _, _ = requests.recvmsg(64, socket.CMSG_SPACE(4 * MAX_FDS))
             except InterruptedError:
                 continue
             if not message:
                 return
             fds = _received_fds(ancillary)
             try:
-                answer = _start(_request(fds[1]), fds[0], tree, libc)
+                answer = _start(_request(fds[1]), fds[0], fds[2:], tree, libc)
             except Exception as exc:  # noqa: BLE001 - a bad request is answered, never the server's end
                 answer = {"errno": 0, "error": f"the fork server could not read the request: {exc}"}
             finally:
@@ -227,7 +231,7 @@ def _tell_exits(exits: socket.socket) -> None:
             pass
 
 
-def _start(request: dict, slave: int, tree: ModuleType, libc: ctypes.CDLL) -> dict:
+def _start(request: dict, slave: int, kept: list[int], tree: ModuleType, libc: ctypes.CDLL) -> dict:
     """Fork the leader; its answer once it has exec'd, or its error."""
     errors_read, errors_write = os.pipe2(os.O_CLOEXEC)
     server = os.getpid()
@@ -238,11 +242,12 @@ def _start(request: dict, slave: int, tree: ModuleType, libc: ctypes.CDLL) -> di
         os.close(errors_write)
         return {"errno": exc.errno or 0, "error": exc.strerror or str(exc)}
     if pid == 0:
+        pipe_end = [errors_write]  # (where the error goes: the pipe's end moves in the child)
         try:
-            _become_leader(request, slave, errors_write, server, tree, libc)
+            _become_leader(request, slave, kept, pipe_end, server, tree, libc)
         except BaseException as exc:  # noqa: BLE001 - told to the server, whatever it is
             code = exc.errno if isinstance(exc, OSError) and exc.errno else 0
-            os.write(errors_write, json.dumps({"errno": code, "error": str(exc)}).encode())
+            os.write(pipe_end[0], json.dumps({"errno": code, "error": str(exc)}).encode())
         finally:
             os._exit(127)
     os.close(errors_write)
@@ -257,16 +262,23 @@ def _start(request: dict, slave: int, tree: ModuleType, libc: ctypes.CDLL) -> di
     return {"pid": pid}
 
 
-def _become_leader(request: dict, slave: int, errors_write: int, server: int, tree: ModuleType,
+def _become_leader(request: dict, slave: int, kept: list[int], errors: list[int], server: int, tree: ModuleType,
                    libc: ctypes.CDLL) -> None:
-    """In the child: a new session on the PTY, the steps of :func:`.process_tree.make_leader_preexec` (``tree``
-    is that module), then the exec."""
+    """In the child: a new session on the PTY, ``kept`` under the numbers the request gives, the steps of
+    :func:`.process_tree.make_leader_preexec` (``tree`` is that module), then the exec.  ``errors[0]`` is the
+    error pipe's end, moved above every number the leader keeps."""
     os.setsid()
     fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    targets = [int(fd) for fd in request["fds"]]
+    above = max([2, slave, errors[0], *kept, *targets]) + 1  # (moved up first: no number is taken twice)
+    errors[0] = errors_write = fcntl.fcntl(errors[0], fcntl.F_DUPFD_CLOEXEC, above)
+    kept = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in kept]
     for fd in (0, 1, 2):
         os.dup2(slave, fd)
-    os.closerange(3, errors_write)
-    os.closerange(errors_write + 1, 1 << 20)
+    for fd, target in zip(kept, targets):
+        os.dup2(fd, target)
+    for low, high in zip([2, *sorted({*targets, errors_write})], [*sorted({*targets, errors_write}), 1 << 20]):
+        os.closerange(low + 1, high)
     os.chdir(request["cwd"])
     os.umask(request["umask"])
     for name, (soft, hard) in request["limits"].items():

@@ -93,9 +93,13 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
     (:func:`spawn_off_loop`)."""
     _check_descriptors_left()
     argv, fds, confine = command()
-    if not fds and confine is None and _FORK_SERVED:
-        return _spawn_by_server(argv, cwd, env, rows, cols)
     pass_fds = tuple(fds)
+    if confine is None and _FORK_SERVED:
+        try:
+            return _spawn_by_server(argv, cwd, env, rows, cols, pass_fds)
+        finally:
+            for fd in pass_fds:  # the child has its copies
+                os.close(fd)
     leader = make_leader_preexec(os.getpid())
 
     def preexec() -> None:
@@ -117,13 +121,15 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
 
 
 #: Whether sessions are started by the fork server (:mod:`.fork_server`): where exits can be watched with a
-#: pidfd (a leader is then not our child), and unless ``DSH_TERMINAL_FORK_SERVER=0``.  A wrapping that passes
-#: descriptors or confines the child (the sandbox's) forks here, as before.
+#: pidfd (a leader is then not our child), and unless ``DSH_TERMINAL_FORK_SERVER=0``.  A wrapping that confines
+#: the child itself (the sandbox's Landlock step, with ``sandboxNetwork``) forks here, as before.
 _FORK_SERVED = hasattr(os, "pidfd_open") and os.environ.get("DSH_TERMINAL_FORK_SERVER", "1") != "0"
 
 
-def _spawn_by_server(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int) -> PtyProcess:
-    """:func:`spawn` through the fork server: this process opens the PTY and the server forks the leader."""
+def _spawn_by_server(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
+                     pass_fds: tuple[int, ...]) -> PtyProcess:
+    """:func:`spawn` through the fork server: this process opens the PTY and the server forks the leader, which
+    has ``pass_fds`` under the same numbers (bubblewrap's ``--seccomp N``)."""
     path = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0])
     if path is None:
         raise TerminalError(f"could not start {' '.join(argv)}: {argv[0]} is not on PATH; "
@@ -131,7 +137,7 @@ def _spawn_by_server(argv: list[str], cwd: str, env: dict[str, str], rows: int, 
     master, slave = os.openpty()
     try:
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        pid = ForkServer.spawn([path, *argv[1:]], env, cwd, slave)
+        pid = ForkServer.spawn([path, *argv[1:]], env, cwd, slave, pass_fds)
     except OSError as exc:
         os.close(master)
         raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "

@@ -291,3 +291,21 @@ def test_a_leader_starts_with_this_process_s_limits_and_umask_as_they_are_now(ma
     r = manager.sync.send(agent, info.session_id, SendRequest("ulimit -n; umask"))
     assert r.viewport.splitlines()[1:3] == [str(soft - 7), "0077"], r.viewport
     manager.sync.close(agent, info.session_id)
+
+
+def test_a_contained_session_is_forked_by_the_server_with_its_seccomp_filter(manager, agent):
+    """bubblewrap takes its seccomp filter as a descriptor (``--seccomp N``): the server's child gets it under
+    that number, so a contained session starts there too, filtered (the filter refuses ``userfaultfd``)."""
+    from dsh_terminal_magics.mechanism.fork_server import ForkServer
+    from dsh_terminal_magics.mechanism.process_tree import read_stat
+    from dsh_terminal_magics.mechanism.sandbox import Sandbox, sandbox_problem
+
+    if sandbox_problem() is not None:
+        pytest.skip(sandbox_problem())
+    info = manager.sync.open(agent, "shell", sandbox=Sandbox(contain=True))
+    stat = read_stat(info.pid)
+    wrapper = read_stat(stat.session) if stat is not None else None  # (bubblewrap leads the program's session)
+    assert ForkServer._proc is not None and wrapper is not None and wrapper.ppid == ForkServer._proc.pid
+    r = manager.sync.send(agent, info.session_id, SendRequest("grep Seccomp_filters /proc/self/status; echo $$"))
+    assert r.viewport.splitlines()[1:3] == ["Seccomp_filters:\t1", "2"], r.viewport  # (filtered, in its namespace)
+    manager.sync.close(agent, info.session_id)
