@@ -140,7 +140,16 @@ class ForkServer:
 
 
 def _umask() -> int:
-    mask = os.umask(0o022)
+    """This process's umask, read from ``/proc`` (setting it to read it back changes it for a moment under every
+    thread: a file another thread made then got the wrong mode)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
+    mask = os.umask(0o022)  # (no /proc, or a kernel before 4.7)
     os.umask(mask)
     return mask
 

@@ -2,7 +2,7 @@
 
 :func:`spawn` starts the program from a spawner thread - through the fork server
 (:mod:`.fork_server`), or with ``ptyprocess`` and our session-leader preexec when
-the sandbox's wrapping passes descriptors; :class:`PtyChild` (loop thread only) then holds
+the sandbox's wrapping must confine the child itself; :class:`PtyChild` (loop thread only) then holds
 the descriptors a session needs: the master (non-blocking, read
 as soon as it is readable), a slave descriptor for ``TIOCINQ``, a pidfd for
 the leader's exit, and pidfds watching the foreground group's processes.
@@ -94,22 +94,12 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
     _check_descriptors_left()
     argv, fds, confine = command()
     pass_fds = tuple(fds)
-    if confine is None and _FORK_SERVED:
-        try:
-            return _spawn_by_server(argv, cwd, env, rows, cols, pass_fds)
-        finally:
-            for fd in pass_fds:  # the child has its copies
-                os.close(fd)
-    leader = make_leader_preexec(os.getpid())
-
-    def preexec() -> None:
-        leader()
-        if confine is not None:
-            confine()
-
     try:
-        proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols), preexec_fn=preexec,
-                                pass_fds=pass_fds)
+        if confine is None and _FORK_SERVED:
+            proc = _spawn_by_server(argv, cwd, env, rows, cols, pass_fds)
+        else:
+            proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
+                                    preexec_fn=_leader_preexec(confine), pass_fds=pass_fds)
     except OSError as exc:
         raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
                             + _start_advice(exc)) from exc
@@ -126,30 +116,35 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
 _FORK_SERVED = hasattr(os, "pidfd_open") and os.environ.get("DSH_TERMINAL_FORK_SERVER", "1") != "0"
 
 
+def _leader_preexec(confine: Callable[[], None] | None) -> Callable[[], None]:
+    """Our session-leader steps for a child this process forks, then the wrapping's own (``confine``)."""
+    leader = make_leader_preexec(os.getpid())
+
+    def preexec() -> None:
+        leader()
+        if confine is not None:
+            confine()
+
+    return preexec
+
+
 def _spawn_by_server(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
                      pass_fds: tuple[int, ...]) -> PtyProcess:
     """:func:`spawn` through the fork server: this process opens the PTY and the server forks the leader, which
-    has ``pass_fds`` under the same numbers (bubblewrap's ``--seccomp N``)."""
+    has ``pass_fds`` under the same numbers (bubblewrap's ``--seccomp N``).  Raises :class:`OSError`."""
     path = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0])
     if path is None:
-        raise TerminalError(f"could not start {' '.join(argv)}: {argv[0]} is not on PATH; "
-                            "check that the program is installed and runnable")
+        raise FileNotFoundError(errno.ENOENT, f"{argv[0]} is not on PATH")
     master, slave = os.openpty()
     try:
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         pid = ForkServer.spawn([path, *argv[1:]], env, cwd, slave, pass_fds)
-    except OSError as exc:
-        os.close(master)
-        raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
-                            + _start_advice(exc)) from exc
     except BaseException:
         os.close(master)
         raise
     finally:
         os.close(slave)
-    proc = PtyProcess(pid, master)
-    proc.delayafterclose = proc.delayafterterminate = 0
-    return proc
+    return PtyProcess(pid, master)
 
 
 #: Spawner threads: a fork and the wait for the child's exec take milliseconds, which would stall every
