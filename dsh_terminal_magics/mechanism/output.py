@@ -44,6 +44,10 @@ _EXIT_MARKER_BYTES = re.compile(_EXIT_MARKER.pattern.encode())
 #: ``reset`` sends), which puts the main screen and those modes back.
 _SCREEN_MODE = re.compile(r"\x1b\[\?(1049|1047|47|1|2004|25)([hl])|\x1b(c)")
 _DEVICE_ATTRIBUTES = re.compile(r"\x1b\[0?c")
+#: Escapes that leave the line text and the screen's place alone and ask nothing: colours (SGR), exit-code
+#: markers and bracketed paste switched on or off.  A chunk with no others (``ls --color``, ``grep``, a REPL
+#: switching paste on at its prompt) skips the general path's escape-by-escape work.
+_INERT_ESCAPES = re.compile(rb"\x1b\[[0-9;]*m|\x1b\[\?2004[hl]|" + _EXIT_MARKER_BYTES.pattern)
 
 #: Longest unfinished escape sequence carried to the next chunk before it is dropped.
 MAX_PENDING_ESCAPE = 64 * 1024
@@ -112,13 +116,16 @@ class OutputNormalizer:
                 and b"\xc2" not in data:
             if b"\x1b" not in data:
                 return self._feed_plain(data)
-            if b"\x1b]133;D" in data:  # a shell's output with its exit-code marker, and no other escape
-                bare = _EXIT_MARKER_BYTES.sub(b"", data)
-                if b"\x1b" not in bare:
-                    text, events = self._feed_plain(bare)
-                    events.exit_markers = [(_status(code), key.decode()) for code, key
-                                           in _EXIT_MARKER_BYTES.findall(data)]
-                    return text, events
+            bare = _INERT_ESCAPES.sub(b"", data)
+            if b"\x1b" not in bare:  # only colours, exit-code markers and bracketed paste switched
+                self._saved_at_end = False  # (what the general path does: no move follows a save)
+                text, events = self._feed_plain(bare)
+                _inert_events(data, events)
+                return text, events
+        return self._feed_escaped(data)
+
+    def _feed_escaped(self, data: bytes) -> tuple[str, TerminalEvents]:
+        """:meth:`feed`'s general path, for any chunk: escapes found and acted on one by one."""
         text = self._pending + self._decoder.decode(data)
         self._pending = ""
         events = TerminalEvents()
@@ -205,6 +212,20 @@ class OutputNormalizer:
             return text
         self._pending = match.group()
         return text[: match.start()]
+
+
+def only_inert_escapes(data: bytes) -> bool:
+    """Whether every escape in ``data`` is one that asks and draws nothing (see :data:`_INERT_ESCAPES`)."""
+    return b"\x1b" not in data or b"\x1b" not in _INERT_ESCAPES.sub(b"", data)
+
+
+def _inert_events(data: bytes, events: TerminalEvents) -> None:
+    """The events of a chunk whose escapes are all inert: its exit-code markers and bracketed paste's switch."""
+    if b"\x1b]133;D" in data:
+        events.exit_markers = [(_status(code), key.decode()) for code, key in _EXIT_MARKER_BYTES.findall(data)]
+    paste = data.rfind(b"\x1b[?2004")
+    if paste >= 0:
+        events.bracketed_paste = data[paste + 7:paste + 8] == b"h"
 
 
 def keyed_marker_at(data: bytes, key: str) -> int:

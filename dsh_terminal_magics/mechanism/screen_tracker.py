@@ -43,6 +43,11 @@ _KEYPAD = re.compile(rb"\x1b\[\?1([hl])|\x1b([=>])")
 _SCREEN_SWITCH = re.compile(rb"\x1b\[\?(?:1049|1047|47)[hl]|\x1bc")
 
 
+def switches_screen(data: bytes) -> bool:
+    """Whether ``data`` switches the alternate screen on or off (or resets the terminal)."""
+    return _SCREEN_SWITCH.search(data) is not None
+
+
 class ScreenTracker:
     """Alternate screen, cursor-addressing programs and the screen model of one session."""
 

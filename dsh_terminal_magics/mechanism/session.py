@@ -27,7 +27,7 @@ from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
-from .screen_tracker import ScreenTracker
+from .screen_tracker import ScreenTracker, switches_screen
 from .send import ENTER, LINE_FEED, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
 from .keys import holds_an_escape_key
 from .terminal_replies import HeldAnswers, TerminalReplies
@@ -299,8 +299,9 @@ class Session:
         replies = self.replies.scan(data, offset)
         if replies:
             self._hold_answers(replies)
-        if self.screen.alternate or (b"\x1b" in data and b"\x1b[?" in data):  # (on the alternate screen, or it
-            # may switch to it; a one-byte search first: a longer one cost a flood a sixth of the loop's time)
+        if self.screen.alternate or (b"\x1b" in data and b"\x1b[?" in data and switches_screen(data)):  # (on the
+            # alternate screen, or it may switch to it; a one-byte search first: a longer one cost a flood a sixth
+            # of the loop's time)
             data = self._ingest_to_prompt(data)
         for piece in self.screen.pieces(data):
             self._ingest_piece(piece)

@@ -38,6 +38,7 @@ import time
 from typing import Callable
 
 from ..ansi import BASIC_COLOURS, DEFAULT_BG, DEFAULT_FG, xterm_256
+from .output import only_inert_escapes
 from .screen import ScreenModel
 
 #: Character cell size in pixels reported for ``CSI 14t`` / ``CSI 16t``.
@@ -151,8 +152,8 @@ class TerminalReplies:
 
     def scan(self, data: bytes, offset: int) -> bytes:
         """The replies to the queries in ``data`` (which starts at absolute raw offset ``offset``)."""
-        if not self._carry and (b"\x1b" not in data or data.count(b"\x1b") == data.count(b"\x1b]133;D")):
-            return b""  # no escape, or only a shell's exit-code markers: nothing asked
+        if not self._carry and (data.count(b"\x1b") == data.count(b"\x1b]133;D") or only_inert_escapes(data)):
+            return b""  # no escape, only a shell's exit-code markers, or only others that ask nothing
         text = self._carry + data
         base = offset - len(self._carry)
         self._carry = b""

@@ -432,6 +432,30 @@ def test_a_shells_output_with_exit_markers_in_any_chunking(atoms, step):
         assert bells == atoms.count(b"\x07")
 
 
+inert_atoms = st.sampled_from([b"ls", b"\r\n", b">>> ", b"\x1b[0m", b"\x1b[01;34m", b"\x1b[m", b"\x1b[?2004h",
+                               b"\x1b[?2004l", b"\x1b]133;D;0;98765\x07", b"\x1b]133;D;;98765\x07", b"\x07", b"\xc3\xa9",
+                               b"\xe2\x9c\x93", b"\b", b"\x0e",
+                               # (and escapes that are not inert: such a chunk goes the general way)
+                               b"\x1b[K", b"\x1b[2D", b"\x1b[?1049h", b"\x1b[?1049l", b"\x1b7", b"\x1b8", b"\x1b[5;1H",
+                               b"\x1b[6n", b"\x1b["])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.lists(inert_atoms, max_size=6), max_size=12), st.integers(min_value=1, max_value=9))
+@example([[b"\x1b7"], [b"\x1b[0m"], [b"\x1b[5;1H", b"ls", b"\x1b8"]], 1)  # (a save ending a chunk is forgotten)
+def test_chunks_of_colours_markers_and_paste_switches_read_as_the_general_path_reads_them(atom_chunks, step):
+    """A chunk whose only escapes are colours, exit-code markers and bracketed paste switched takes a short
+    path (a python REPL's prompt, ``ls --color``): the same text and events, chunk by chunk, as the general
+    path gives the same chunks."""
+    data = b"".join(b"".join(atoms) for atoms in atom_chunks)
+    for chunks in ([b"".join(atoms) for atoms in atom_chunks], [data[i:i + step] for i in range(0, len(data), step)]):
+        short, general = OutputNormalizer(), OutputNormalizer()
+        for chunk in chunks:
+            (text, events), (expected, expected_events) = short.feed(chunk), general._feed_escaped(chunk)
+            assert text == expected
+            assert events == expected_events
+
+
 def test_a_reader_gets_a_line_again_when_it_is_rewritten():
     """A reader that streamed lines (a job's output, on_output) gets each line the program rewrites after
     that again, as it reads now, once the cursor has left it - never the same rewrite twice."""

@@ -181,6 +181,19 @@ def test_a_query_beside_an_exit_marker_is_answered():
         assert replies.scan(chunk, raw.total - len(chunk)) == PRIMARY_DA
 
 
+def test_a_query_among_colours_and_paste_switches_is_answered():
+    """Colours and bracketed paste switched ask nothing (a REPL's prompt is not scanned); a query among them -
+    bracketed paste's own mode asked for included - is answered."""
+    replies, raw, _ = _replies_for_a_bare_screen()
+    inert = b"\x1b[01;34mls\x1b[0m\x1b[?2004h\x1b]133;D;;42\x07\x1b[?2004l>>> "
+    raw.append(inert)
+    assert replies.scan(inert, raw.total - len(inert)) == b""
+    for query in (b"\x1b[c", b"\x1b[?2004$p"):
+        chunk = inert + query + b"\x1b[m"
+        raw.append(chunk)
+        assert replies.scan(chunk, raw.total - len(chunk)) != b""
+
+
 QUERIES = [b"\x1b[c", b"\x1b[>c", b"\x1b[6n", b"\x1b]11;?\x07", b"\x1b[18t", b"\x1b[?1049$p", b"\x1bP+q544e\x1b\\",
            b"\x1b[>q"]
 
