@@ -102,6 +102,7 @@ class EventLoopThread:
 
     def __init__(self, name: str = "dsh-terminal-loop") -> None:
         self.loop = asyncio.new_event_loop()
+        self._pid = os.getpid()
         #: Calls handed in by other threads (see :meth:`_hand_in`); the loop runs them in order.
         self._inbox: collections.deque[Callable[[], None]] = collections.deque()
         self._inbox_armed = False
@@ -155,9 +156,14 @@ class EventLoopThread:
                                                   "exception": exc})
 
     def _check_alive(self) -> None:
-        if not self.thread.is_alive():
-            raise TerminalError("the terminal loop thread has stopped (the interpreter is shutting down); "
-                                "nothing more can run on it")
+        if self.thread.is_alive():
+            return
+        if os.getpid() != self._pid:  # (a fork's copy of the thread object: the thread itself stayed behind)
+            raise TerminalError("this process is a fork of the one whose terminal loop runs these sessions "
+                                "(os.fork, or multiprocessing's 'fork' start method): they are that process's; "
+                                "use them there, or open sessions with a TerminalTools made in this process")
+        raise TerminalError("the terminal loop thread has stopped (the interpreter is shutting down); "
+                            "nothing more can run on it")
 
     def in_loop_thread(self) -> bool:
         return threading.get_ident() == self.thread.ident
@@ -192,7 +198,11 @@ class EventLoopThread:
             finally:
                 done.set()
 
-        future = self.submit(runner())
+        try:
+            future = self.submit(runner())
+        except TerminalError:
+            coro.close()  # (never started: no "never awaited" warning)
+            raise
         try:
             done.wait()
         except KeyboardInterrupt:
@@ -277,3 +287,13 @@ class EventLoopThread:
                 continue
             except BaseException:
                 return
+
+
+def _forget_the_parents_loop() -> None:
+    """In a forked child: the loop thread, and every session on it, stayed in the parent; the next
+    :meth:`EventLoopThread.shared` starts one of this process's own (its lock may have been held at the fork)."""
+    EventLoopThread._shared = None
+    EventLoopThread._shared_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_loop)

@@ -139,6 +139,24 @@ class ForkServer:
                 proc.wait()
 
 
+def _forget_the_parents_server() -> None:
+    """In a forked child: the fork server is the parent's.  Our copies of its sockets are closed, or it would not
+    see the parent go while this child lives (and the parent's leaders with it); a spawn here starts a server
+    of this process's own."""
+    cls = ForkServer
+    proc, requests, exits = cls._proc, cls._requests, cls._exits
+    cls._proc = cls._requests = cls._exits = None
+    cls._lock, cls._exits_lock, cls._statuses = threading.Lock(), threading.Lock(), {}
+    for sock in (requests, exits):
+        if sock is not None:
+            sock.close()
+    if proc is not None:
+        proc.returncode = -1  # (not ours to reap: no "still running" warning when it is dropped)
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_server)
+
+
 def _umask() -> int:
     """This process's umask, read from ``/proc`` (setting it to read it back changes it for a moment under every
     thread: a file another thread made then got the wrong mode)."""

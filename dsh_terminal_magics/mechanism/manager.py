@@ -53,6 +53,16 @@ class Page:
     truncated: bool
 
 _PROCESS_TOKEN = secrets.token_hex(8)
+
+
+def _new_process_token() -> None:
+    """In a forked child: a token of its own.  With the parent's, the child's watchdog, sweeping as the child
+    exited, ended the parent's sessions."""
+    global _PROCESS_TOKEN
+    _PROCESS_TOKEN = secrets.token_hex(8)
+
+
+os.register_at_fork(after_in_child=_new_process_token)
 #: Longest the file system may take to answer an open's questions (is the cwd a directory?), in seconds: a
 #: hung mount (a stale NFS or sshfs mount, a FUSE server that stopped) held the loop, and every session with it.
 FILE_SYSTEM_SECONDS = 5.0

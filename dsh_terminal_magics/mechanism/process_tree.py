@@ -143,6 +143,10 @@ class GuardedReads:
         #: Pids with a read given up on that has not finished: the number of such reads for each.
         self._stuck: dict[int, int] = {}
 
+    def forget_the_parents_worker(self) -> None:
+        """In a forked child: the worker thread stayed in the parent (reads queued for it were never done)."""
+        self._worker, self._lock, self._stuck = None, threading.Lock(), {}
+
     def read(self, path: str, pid: int, size: int = 65536, offset: int = 0) -> bytes | None:
         """:func:`read_proc` of ``pid``'s ``path``, or None when it failed, took too long or was not tried."""
         with self._lock:
@@ -238,6 +242,7 @@ class _Worker:
 
 #: The process's guarded reads (one worker serves every session's).
 guarded_reads = GuardedReads()
+os.register_at_fork(after_in_child=guarded_reads.forget_the_parents_worker)
 
 
 def read_memory(pid: int, address: int, size: int) -> bytes:

@@ -165,6 +165,17 @@ _starting_spawners = 0
 _queued_spawns = 0
 
 
+def _forget_the_parents_spawners() -> None:
+    """In a forked child: the spawner threads stayed in the parent, with the spawns queued for them (an open
+    here waited for threads that were not there); this process starts its own."""
+    global _spawn_queue, _spawners, _spawners_lock, _idle_spawners, _starting_spawners, _queued_spawns
+    _spawn_queue, _spawners, _spawners_lock = queue.SimpleQueue(), [], threading.Lock()
+    _idle_spawners = _starting_spawners = _queued_spawns = 0
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_spawners)
+
+
 def spawn_off_loop(loop: asyncio.AbstractEventLoop, *args: Any) -> "asyncio.Future[PtyProcess]":
     """:func:`spawn` in a spawner thread; the future resolves on ``loop`` with the process (or the error).
     Cancelling the future does not stop the spawn: a process it started then is killed and reaped."""

@@ -1361,6 +1361,10 @@ class _HolderSearch:
     (:data:`HOLDER_SEARCH_GAP`, or longer when searches are slow: :data:`HOLDER_SEARCH_SHARE`)."""
 
     def __init__(self) -> None:
+        self.forget()
+
+    def forget(self) -> None:
+        """Start afresh: nothing found, no search under way (in a forked child, those were the parent's)."""
         self._found: dict[str, tuple[int, ...]] = {}
         self._started = -math.inf
         self._cost = 0.0
@@ -1415,6 +1419,7 @@ def _fd_links(pid: int | str, limit: int | None = None) -> set[str]:
 
 
 _HOLDERS = _HolderSearch()
+os.register_at_fork(after_in_child=_HOLDERS.forget)
 
 
 def _fdinfo_fields(fdinfo: bytes | None) -> dict[bytes, bytes]:

@@ -50,6 +50,18 @@ class Watchdog:
             proc.kill()
 
 
+def _forget_the_parents_watchdog() -> None:
+    """In a forked child: the watchdog is the parent's.  Our copy of its pipe is closed, or it would not see
+    the parent die while this child lives; nothing is waited for (it is not our child)."""
+    proc, Watchdog._proc, Watchdog._lock = Watchdog._proc, None, threading.Lock()
+    if proc is not None and proc.stdin is not None:
+        proc.returncode = -1  # (not ours to reap: no "still running" warning when it is dropped)
+        proc.stdin.close()  # (the child's copy: the parent's end stays open)
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_watchdog)
+
+
 def sweep(token: bytes) -> int:
     """Freeze, then kill, every process carrying ``token``; return how many were killed."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
