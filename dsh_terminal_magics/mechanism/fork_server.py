@@ -9,7 +9,7 @@ and is reaped by it, which tells us the exit status.  It exits when our end of i
 or were killed: the watchdog then ends what the sessions left).
 
 Protocol, over one ``SOCK_SEQPACKET`` socket pair: a request passes descriptors (``SCM_RIGHTS``): the PTY's
-slave, a memfd holding JSON ``{argv, env, cwd, umask, limits, fds}`` (an environment may be larger than a socket
+slave, a memfd holding JSON ``{argv, env, cwd, umask, limits, fds, abstract_socket_scope}`` (an environment may be larger than a socket
 message), then the descriptors the leader keeps, which it gets under the numbers ``fds`` lists.  The reply is
 ``{"pid": N}`` or ``{"errno": E, "error": "..."}``.  Exit notices ``{"exit": pid, "status": wait status}`` come
 on a second pair.
@@ -49,14 +49,16 @@ class ForkServer:
     _statuses: dict[int, int] = {}
 
     @classmethod
-    def spawn(cls, argv: list[str], env: dict[str, str], cwd: str, slave: int, keep: tuple[int, ...] = ()) -> int:
+    def spawn(cls, argv: list[str], env: dict[str, str], cwd: str, slave: int, keep: tuple[int, ...] = (),
+              abstract_socket_scope: bool = False) -> int:
         """Start ``argv`` as the leader of a new session on the PTY whose slave is ``slave``, with the descriptors
-        ``keep`` under their numbers here; returns its pid once it has exec'd (raises :class:`OSError` with the
-        child's error when it could not)."""
+        ``keep`` under their numbers here (and in a Landlock scope of its own abstract Unix sockets, if asked);
+        returns its pid once it has exec'd (raises :class:`OSError` with the child's error when it could not)."""
         request = os.memfd_create("dsh-terminal-spawn", os.MFD_CLOEXEC)
         try:
             os.write(request, json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": _umask(),
-                                          "limits": _limits(), "fds": list(keep)}).encode())
+                                          "limits": _limits(), "fds": list(keep),
+                                          "abstract_socket_scope": abstract_socket_scope}).encode())
             fds = array.array("i", [slave, request, *keep])
             with cls._lock:
                 for attempt in (1, 2):  # (a server that died is started again once)
@@ -323,6 +325,8 @@ def _become_leader(request: dict, slave: int, kept: list[int], errors: list[int]
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     tree.no_flow_control(0)
+    if request.get("abstract_socket_scope"):
+        tree.enter_abstract_socket_scope()
     os.execve(request["argv"][0], request["argv"], request["env"])
 
 

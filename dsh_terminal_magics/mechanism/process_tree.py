@@ -18,6 +18,7 @@ import os
 import queue
 import resource
 import signal
+import struct
 import termios
 import threading
 import time
@@ -464,6 +465,13 @@ def send_signal(ident: ProcessId, sig: int, refused: set[ProcessId] | None = Non
 _LIBC: "ctypes.CDLL | None" = None
 
 
+def _libc() -> ctypes.CDLL:
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
 def make_leader_preexec(parent_pid: int):  # type: ignore[no-untyped-def]
     """A ``preexec_fn`` for the session leader: become a child subreaper, die with our process.
 
@@ -471,10 +479,7 @@ def make_leader_preexec(parent_pid: int):  # type: ignore[no-untyped-def]
     fault for each page it writes, so it does as little Python as it can.  Handlers are reset by the exec
     itself; only signals this process ignores stay ignored across it, so only those are set back.
     """
-    global _LIBC
-    if _LIBC is None:
-        _LIBC = ctypes.CDLL(None, use_errno=True)
-    prctl = _LIBC.prctl
+    prctl = _libc().prctl
     ignored = [sig for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
                if signal.getsignal(sig) == signal.SIG_IGN]
 
@@ -528,6 +533,50 @@ def no_flow_control(fd: int) -> None:
             termios.tcsetattr(fd, termios.TCSANOW, attrs)
     except termios.error:
         pass
+
+
+#: Landlock's ABI (Linux 6.12) with scopes: a domain that may not connect to abstract Unix sockets made outside it.
+LANDLOCK_SCOPED_ABI = 6
+_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
+_SYS_LANDLOCK_RESTRICT_SELF = {"x86_64": 446, "aarch64": 446}
+_PR_SET_NO_NEW_PRIVS = 38
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when it has none (or on a machine whose system call numbers are not
+    known here)."""
+    number = _SYS_LANDLOCK_CREATE_RULESET.get(os.uname().machine)
+    if number is None:
+        return 0
+    syscall = _libc().syscall
+    syscall.restype = ctypes.c_long
+    return max(0, syscall(ctypes.c_long(number), None, ctypes.c_size_t(0),
+                          ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION)))
+
+
+def enter_abstract_socket_scope() -> None:
+    """Put this process - a session's leader, right before it execs ``bwrap`` - and all it starts in a Landlock
+    domain scoped to its own abstract Unix sockets: a ``connect`` to one made outside it is refused.  Sets
+    ``no_new_privs`` (a setuid ``bwrap`` would lose its rights: see :func:`.sandbox.abstract_socket_scope_works`).
+    Raises :class:`OSError` when a step fails."""
+    libc = _libc()
+    syscall = libc.syscall
+    syscall.restype = ctypes.c_long
+    machine = os.uname().machine
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "could not set no_new_privs for the sandbox's socket scope")
+    attr = struct.pack("QQQ", 0, 0, _LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)  # (no file or network access handled)
+    ruleset = syscall(ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET[machine]), ctypes.c_char_p(attr),
+                      ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "could not make the sandbox's Landlock socket scope")
+    try:
+        if syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF[machine]), ctypes.c_int(ruleset), ctypes.c_uint32(0)):
+            raise OSError(ctypes.get_errno(), "could not enter the sandbox's Landlock socket scope")
+    finally:
+        os.close(ruleset)
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """The process on a PTY: spawn, read, write, reap, watch exits, close.
 
 :func:`spawn` starts the program from a spawner thread - through the fork server
-(:mod:`.fork_server`), or with ``ptyprocess`` and our session-leader preexec when
-the sandbox's wrapping must confine the child itself; :class:`PtyChild` (loop thread only) then holds
+(:mod:`.fork_server`), or with ``ptyprocess`` and our session-leader preexec where
+there is none; :class:`PtyChild` (loop thread only) then holds
 the descriptors a session needs: the master (non-blocking, read
 as soon as it is readable), a slave descriptor for ``TIOCINQ``, a pidfd for
 the leader's exit, and pidfds watching the foreground group's processes.
@@ -30,7 +30,7 @@ from ptyprocess import PtyProcess
 
 from ..errors import TerminalError
 from .fork_server import ForkServer
-from .process_tree import ProcessId, is_alive, make_leader_preexec, read_stat
+from .process_tree import ProcessId, enter_abstract_socket_scope, is_alive, make_leader_preexec, read_stat
 from .sandbox import Wrapped
 
 #: Most foreground processes watched for exit at once (pidfds).
@@ -92,14 +92,14 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
     the child has its copies.  Blocks for the fork and until the exec: the loop runs it in a spawner thread
     (:func:`spawn_off_loop`)."""
     _check_descriptors_left()
-    argv, fds, confine = command()
+    argv, fds, scoped = command()
     pass_fds = tuple(fds)
     try:
-        if confine is None and _FORK_SERVED:
-            proc = _spawn_by_server(argv, cwd, env, rows, cols, pass_fds)
+        if _FORK_SERVED:
+            proc = _spawn_by_server(argv, cwd, env, rows, cols, pass_fds, scoped)
         else:
             proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
-                                    preexec_fn=_leader_preexec(confine), pass_fds=pass_fds)
+                                    preexec_fn=_leader_preexec(scoped), pass_fds=pass_fds)
     except OSError as exc:
         raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
                             + _start_advice(exc)) from exc
@@ -111,25 +111,26 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
 
 
 #: Whether sessions are started by the fork server (:mod:`.fork_server`): where exits can be watched with a
-#: pidfd (a leader is then not our child), and unless ``DSH_TERMINAL_FORK_SERVER=0``.  A wrapping that confines
-#: the child itself (the sandbox's Landlock step, with ``sandboxNetwork``) forks here, as before.
+#: pidfd (a leader is then not our child), and unless ``DSH_TERMINAL_FORK_SERVER=0``.
 _FORK_SERVED = hasattr(os, "pidfd_open") and os.environ.get("DSH_TERMINAL_FORK_SERVER", "1") != "0"
 
 
-def _leader_preexec(confine: Callable[[], None] | None) -> Callable[[], None]:
-    """Our session-leader steps for a child this process forks, then the wrapping's own (``confine``)."""
+def _leader_preexec(scoped: bool) -> Callable[[], None]:
+    """Our session-leader steps for a child this process forks (``scoped``: then the sandbox's Landlock scope,
+    see :class:`.sandbox.Wrapped`)."""
     leader = make_leader_preexec(os.getpid())
+    if not scoped:
+        return leader  # type: ignore[no-any-return]
 
     def preexec() -> None:
         leader()
-        if confine is not None:
-            confine()
+        enter_abstract_socket_scope()
 
     return preexec
 
 
 def _spawn_by_server(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
-                     pass_fds: tuple[int, ...]) -> PtyProcess:
+                     pass_fds: tuple[int, ...], scoped: bool) -> PtyProcess:
     """:func:`spawn` through the fork server: this process opens the PTY and the server forks the leader, which
     has ``pass_fds`` under the same numbers (bubblewrap's ``--seccomp N``).  Raises :class:`OSError`."""
     path = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0])
@@ -138,7 +139,7 @@ def _spawn_by_server(argv: list[str], cwd: str, env: dict[str, str], rows: int, 
     master, slave = os.openpty()
     try:
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        pid = ForkServer.spawn([path, *argv[1:]], env, cwd, slave, pass_fds)
+        pid = ForkServer.spawn([path, *argv[1:]], env, cwd, slave, pass_fds, scoped)
     except BaseException:
         os.close(master)
         raise

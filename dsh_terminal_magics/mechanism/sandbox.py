@@ -22,7 +22,6 @@ reason - it never runs unsandboxed.
 """
 from __future__ import annotations
 
-import ctypes
 import glob
 import os
 import platform
@@ -35,10 +34,11 @@ import sys
 from collections import deque
 from dataclasses import dataclass
 from itertools import islice
-from typing import Callable, Iterable, Literal, NamedTuple
+from typing import Iterable, Literal, NamedTuple
 
 from ..errors import BackendError
 from .backends import REAPER_SCRIPT
+from .process_tree import LANDLOCK_SCOPED_ABI, landlock_abi
 
 SandboxMode = Literal["off", "read-only", "workspace-write"]
 
@@ -49,13 +49,6 @@ _USERFAULTFD_NR = {"x86_64": 323, "aarch64": 282}
 _DENIED_IOCTLS = (0x5412, 0x541C)  # TIOCSTI, TIOCLINUX
 _SECCOMP_RET_ALLOW = 0x7FFF0000
 _SECCOMP_RET_ERRNO_EPERM = 0x00050000 | 1
-#: Landlock (Linux 6.12, ABI 6): a domain that may not connect to abstract Unix sockets made outside it.
-_LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET = 1
-_LANDLOCK_CREATE_RULESET_VERSION = 1
-_LANDLOCK_SCOPED_ABI = 6
-_SYS_LANDLOCK_CREATE_RULESET = {"x86_64": 444, "aarch64": 444}
-_SYS_LANDLOCK_RESTRICT_SELF = {"x86_64": 446, "aarch64": 446}
-_PR_SET_NO_NEW_PRIVS = 38
 #: Most host Unix sockets outside the masked directories a sandbox masks one by one (a bind mount each).
 MAX_MASKED_SOCKETS = 4096
 #: Most entries of the workspace looked at for repositories (``.git``, ``.hg``, ``.jj``) kept read-only.
@@ -72,8 +65,9 @@ class Wrapped(NamedTuple):
     argv: list[str]
     #: Descriptors the command is given (the seccomp filter's).
     fds: list[int]
-    #: Run in the child just before the exec (None: nothing); raises OSError when it cannot.
-    confine: Callable[[], None] | None = None
+    #: Whether the leader enters a Landlock scope of its own abstract Unix sockets just before its exec
+    #: (:func:`.process_tree.enter_abstract_socket_scope`).
+    abstract_socket_scope: bool = False
 
 
 @dataclass(frozen=True)
@@ -177,10 +171,10 @@ class Sandbox:
             args += ["--ro-bind", "/dev/null", path]
         # Its own network namespace has abstract sockets of its own; sharing the host's, it could reach the host's
         # (an X server's, a D-Bus bus's: where `systemd-run --user` starts anything outside the sandbox).
-        confine = abstract_socket_scope(bwrap) if self.network else None
+        scoped = self.network and abstract_socket_scope_works(bwrap)
         filter_fd = seccomp_filter_fd()  # (last: a refusal above leaves no descriptor behind)
         args += ["--seccomp", str(filter_fd), "--chdir", cwd, "--"]
-        return Wrapped(args + [*_INIT, *argv], [filter_fd], confine)
+        return Wrapped(args + [*_INIT, *argv], [filter_fd], scoped)
 
 
 #: The namespace's init: a shell that runs the session's program as its child, reaps what is orphaned in the
@@ -501,38 +495,13 @@ def _outermost(paths: Iterable[str]) -> list[str]:
     return [p for p in found if not any(p != q and _within(p, q) for q in found)]
 
 
-def abstract_socket_scope(bwrap: str) -> Callable[[], None] | None:
-    """A step for the child before it execs ``bwrap``: a Landlock domain scoped to its own abstract Unix
-    sockets (a ``connect`` to one made outside it is refused), inherited by everything the session starts.
-    None where it cannot be had: the kernel has no such scope (before Linux 6.12), or ``bwrap`` is setuid (the
-    step sets ``no_new_privs``, which a setuid program loses its rights under).  Sharing the host's network
-    namespace (``sandboxNetwork``), a session reached every abstract socket of the host."""
-    machine = platform.machine()
-    if machine not in _SYS_LANDLOCK_CREATE_RULESET or os.stat(bwrap).st_mode & stat.S_ISUID:
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    syscall, prctl = libc.syscall, libc.prctl
-    syscall.restype = ctypes.c_long
-    create, restrict = _SYS_LANDLOCK_CREATE_RULESET[machine], _SYS_LANDLOCK_RESTRICT_SELF[machine]
-    abi = syscall(ctypes.c_long(create), None, ctypes.c_size_t(0), ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION))
-    if abi < _LANDLOCK_SCOPED_ABI:
-        return None
-    attr = struct.pack("QQQ", 0, 0, _LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)  # (no file or network access handled)
-    buffer = ctypes.create_string_buffer(attr, len(attr))
-
-    def confine() -> None:
-        if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "could not set no_new_privs for the sandbox's socket scope")
-        ruleset = syscall(ctypes.c_long(create), buffer, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0))
-        if ruleset < 0:
-            raise OSError(ctypes.get_errno(), "could not make the sandbox's Landlock socket scope")
-        try:
-            if syscall(ctypes.c_long(restrict), ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
-                raise OSError(ctypes.get_errno(), "could not enter the sandbox's Landlock socket scope")
-        finally:
-            os.close(ruleset)
-
-    return confine
+def abstract_socket_scope_works(bwrap: str) -> bool:
+    """Whether a session's leader can enter a Landlock domain scoped to its own abstract Unix sockets before it
+    execs ``bwrap`` (:func:`.process_tree.enter_abstract_socket_scope`; inherited by everything the session
+    starts): the kernel has such scopes (Linux 6.12) and ``bwrap`` is not setuid (the step sets
+    ``no_new_privs``, which a setuid program loses its rights under).  Sharing the host's network namespace
+    (``sandboxNetwork``), a session reached every abstract socket of the host."""
+    return landlock_abi() >= LANDLOCK_SCOPED_ABI and not os.stat(bwrap).st_mode & stat.S_ISUID
 
 
 def seccomp_filter_fd() -> int:

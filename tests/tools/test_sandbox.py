@@ -365,13 +365,16 @@ def test_with_the_network_on_the_hosts_abstract_sockets_are_out_of_reach(sandbox
     """Sharing the host's network namespace (sandboxNetwork), a session shared its abstract Unix sockets too: it
     read what a host server on one sent (an X server's, a D-Bus bus's are such: where `systemd-run --user`
     starts anything outside the sandbox).  Now a Landlock scope refuses the connect; the session's own
-    abstract sockets still work, and so does TCP."""
+    abstract sockets still work, and so does TCP.  The fork server starts such a session too (its child enters
+    the scope before it execs bubblewrap): none forks the kernel."""
     import socket
     import threading
 
     from dsh_terminal_magics.mechanism import sandbox as sandbox_module
+    from dsh_terminal_magics.mechanism.fork_server import ForkServer
+    from dsh_terminal_magics.mechanism.process_tree import read_stat
 
-    if sandbox_module.abstract_socket_scope(shutil.which("bwrap") or "/nonexistent") is None:
+    if not sandbox_module.abstract_socket_scope_works(shutil.which("bwrap") or "/nonexistent"):
         pytest.skip("this kernel has no Landlock scope for abstract Unix sockets (Linux 6.12+)")
     name = f"dsh-host-only-{os.getpid()}"
     host, tcp = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), socket.socket()
@@ -390,6 +393,9 @@ def test_with_the_network_on_the_hosts_abstract_sockets_are_out_of_reach(sandbox
         threading.Thread(target=serve, args=(server,), daemon=True).start()
     try:
         tools, agent, opened, work, send = sandboxed(sandboxNetwork=True)
+        stat = read_stat(opened.pid)
+        wrapper = read_stat(stat.session) if stat is not None else None  # (bubblewrap leads the session)
+        assert ForkServer._proc is not None and wrapper is not None and wrapper.ppid == ForkServer._proc.pid
         connect = ("import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(chr(0) + sys.argv[1]); "
                    "print(s.recv(20))")
         r = send(f"python3 -c '{connect}' {name} 2>&1 | tail -1")
