@@ -9,10 +9,10 @@ and is reaped by it, which tells us the exit status.  It exits when our end of i
 or were killed: the watchdog then ends what the sessions left).
 
 Protocol, over one ``SOCK_SEQPACKET`` socket pair: a request passes descriptors (``SCM_RIGHTS``): the PTY's
-slave, a memfd holding JSON ``{argv, env, cwd, umask, limits, fds, abstract_socket_scope}`` (an environment may be larger than a socket
-message), then the descriptors the leader keeps, which it gets under the numbers ``fds`` lists.  The reply is
-``{"pid": N}`` or ``{"errno": E, "error": "..."}``.  Exit notices ``{"exit": pid, "status": wait status}`` come
-on a second pair.
+slave, a memfd holding JSON ``{argv, env, cwd, umask, limits, fds, abstract_socket_scope}`` (an environment may
+be larger than a socket message), then the descriptors the leader keeps, which it gets under the numbers ``fds``
+lists.  The reply is ``{"pid": N}`` or ``{"errno": E, "error": "..."}``.  Exit notices ``{"exit": pid, "status":
+wait status}`` come on a second pair.
 """
 from __future__ import annotations
 

@@ -63,6 +63,7 @@ def _new_process_token() -> None:
 
 
 os.register_at_fork(after_in_child=_new_process_token)
+
 #: Longest the file system may take to answer an open's questions (is the cwd a directory?), in seconds: a
 #: hung mount (a stale NFS or sshfs mount, a FUSE server that stopped) held the loop, and every session with it.
 FILE_SYSTEM_SECONDS = 5.0
