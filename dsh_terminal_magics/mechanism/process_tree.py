@@ -615,16 +615,18 @@ async def discover(trees: list[TreeToEnd]) -> dict[int, ProcessStat]:
     for in a scan of every process - in a thread of its own: on a busy machine that scan (every process's
     environment read) is long, and the loop serves every other session meanwhile."""
     tokens = [tree.token for tree in trees if tree.leader_exited]
-    if tokens:
-        table, carriers = await off_the_loop(_scan_for_tokens, tokens)
-    else:
-        table, carriers = subtree_table(m.pid for tree in trees for m in tree.members | {tree.leader}), {}
+    carriers = await off_the_loop(_scan_for_tokens, tokens) if tokens else {}
+    table = subtree_table(m.pid for tree in trees for m in tree.members | {tree.leader})
+    for pid in set().union(*carriers.values()) - table.keys():
+        stat = read_stat(pid)
+        if stat is not None:
+            table[pid] = stat
     for tree in trees:
         roots = [m.pid for m in tree.members | {tree.leader}
                  if m.pid in table and table[m.pid].start_time == m.start_time]
         pids = descendants(roots, table)
         if tree.leader_exited:
-            pids |= carriers.get(tree.token, set())
+            pids |= carriers.get(tree.token, set()) & table.keys()  # (one that ended since the scan is not there)
         known = {m.pid: m for m in tree.members}
         for pid in pids:
             stat = table[pid]
@@ -638,19 +640,24 @@ async def discover(trees: list[TreeToEnd]) -> dict[int, ProcessStat]:
     return table
 
 
-def _scan_for_tokens(tokens: list[bytes]) -> tuple[dict[int, ProcessStat], dict[bytes, set[int]]]:
-    """Every process, and for each token the pids whose environment carries it (each environment read once)."""
-    table = process_table()
+def _scan_for_tokens(tokens: list[bytes]) -> dict[bytes, set[int]]:
+    """For each token, the pids whose environment carries it (every process's environment read once).  Only the
+    environments: on a host running 2000 other processes, reading every ``stat`` too made this scan twice as
+    long (a close makes one), and what the trees need of ``stat`` is their own members' and the carriers'."""
     needles = {token: SESSION_TOKEN_ENV.encode() + b"=" + token for token in tokens}
     carriers: dict[bytes, set[int]] = {token: set() for token in tokens}
     me = os.getpid()
-    for pid in table:
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return carriers
+    for pid in (int(name) for name in names if name.isdigit()):
         env = read_proc(f"/proc/{pid}/environ") if pid != me else None
         if env:
             for token, needle in needles.items():
                 if needle in env:
                     carriers[token].add(pid)
-    return table, carriers
+    return carriers
 
 
 _T = TypeVar("_T")
