@@ -258,14 +258,19 @@ def test_the_loop_never_scans_every_process_on_the_machine(monkeypatch):
     from dsh_terminal_magics.mechanism import process_tree, readiness
 
     scans: list[str] = []
-    real = process_tree.process_table
+    real, real_token_scan = process_tree.process_table, process_tree._scan_for_tokens
 
     def counted():
         scans.append(threading.current_thread().name)
         return real()
 
+    def token_scan_counted(tokens):
+        scans.append(threading.current_thread().name)
+        return real_token_scan(tokens)
+
     monkeypatch.setattr(process_tree, "process_table", counted)
     monkeypatch.setattr(readiness, "process_table", counted)
+    monkeypatch.setattr(process_tree, "_scan_for_tokens", token_scan_counted)  # (every process's environment)
     for containment in ("auto", "tracking"):  # (a pid namespace with bubblewrap; subreaper and token)
         _open_signal_and_close_without_a_scan_on_the_loop(containment, scans)
 
