@@ -17,7 +17,6 @@ wait status}`` come on a second pair.
 from __future__ import annotations
 
 import array
-import ctypes
 import fcntl
 import json
 import os
@@ -30,11 +29,10 @@ import sys
 import termios
 import threading
 from types import ModuleType
+from typing import Callable
 
 #: Descriptors a request passes at most (the slave, the request, what the leader keeps).
 MAX_FDS = 16
-#: Signals a leader starts with at their default action (the server ignores some; exec keeps what is ignored).
-DEFAULT_SIGNALS = (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD)
 
 
 class ForkServer:
@@ -191,7 +189,6 @@ def serve(requests: socket.socket, exits: socket.socket) -> None:
     """Answer requests until our end closes, telling each child's exit as it is reaped."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (as the watchdog does: not the package)
     import process_tree as tree  # noqa: E402
-    libc = ctypes.CDLL(None, use_errno=True)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     wake_read, wake_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -216,7 +213,7 @@ def serve(requests: socket.socket, exits: socket.socket) -> None:
                 return
             fds = _received_fds(ancillary)
             try:
-                answer = _start(_request(fds[1]), fds[0], fds[2:], tree, libc)
+                answer = _start(_request(fds[1]), fds[0], fds[2:], tree)
             except Exception as exc:  # noqa: BLE001 - a bad request is answered, never the server's end
                 answer = {"errno": 0, "error": f"the fork server could not read the request: {exc}"}
             finally:
@@ -260,10 +257,10 @@ def _tell_exits(exits: socket.socket) -> None:
             pass
 
 
-def _start(request: dict, slave: int, kept: list[int], tree: ModuleType, libc: ctypes.CDLL) -> dict:
+def _start(request: dict, slave: int, kept: list[int], tree: ModuleType) -> dict:
     """Fork the leader; its answer once it has exec'd, or its error."""
     errors_read, errors_write = os.pipe2(os.O_CLOEXEC)
-    server = os.getpid()
+    leader_steps = tree.make_leader_preexec(os.getpid())  # (what this server ignores is set back in the child)
     try:
         pid = os.fork()
     except OSError as exc:
@@ -273,7 +270,7 @@ def _start(request: dict, slave: int, kept: list[int], tree: ModuleType, libc: c
     if pid == 0:
         pipe_end = [errors_write]  # (where the error goes: the pipe's end moves in the child)
         try:
-            _become_leader(request, slave, kept, pipe_end, server, tree, libc)
+            _become_leader(request, slave, kept, pipe_end, leader_steps, tree)
         except BaseException as exc:  # noqa: BLE001 - told to the server, whatever it is
             code = exc.errno if isinstance(exc, OSError) and exc.errno else 0
             os.write(pipe_end[0], json.dumps({"errno": code, "error": str(exc)}).encode())
@@ -291,11 +288,11 @@ def _start(request: dict, slave: int, kept: list[int], tree: ModuleType, libc: c
     return {"pid": pid}
 
 
-def _become_leader(request: dict, slave: int, kept: list[int], errors: list[int], server: int, tree: ModuleType,
-                   libc: ctypes.CDLL) -> None:
-    """In the child: a new session on the PTY, ``kept`` under the numbers the request gives, the steps of
-    :func:`.process_tree.make_leader_preexec` (``tree`` is that module), then the exec.  ``errors[0]`` is the
-    error pipe's end, moved above every number the leader keeps."""
+def _become_leader(request: dict, slave: int, kept: list[int], errors: list[int], leader_steps: Callable[[], None],
+                   tree: ModuleType) -> None:
+    """In the child: a new session on the PTY, ``kept`` under the numbers the request gives, ``leader_steps``
+    (:func:`.process_tree.make_leader_preexec`'s, for this server; ``tree`` is that module), then the exec.
+    ``errors[0]`` is the error pipe's end, moved above every number the leader keeps."""
     os.setsid()
     fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
     targets = [int(fd) for fd in request["fds"]]
@@ -315,16 +312,8 @@ def _become_leader(request: dict, slave: int, kept: list[int], errors: list[int]
             resource.setrlimit(getattr(resource, name), (soft, hard))
         except (ValueError, OSError, AttributeError):
             pass  # (one the server may not raise back: it keeps the server's)
-    libc.prctl(tree.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    libc.prctl(tree.PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != server:  # the server died before the prctl took hold
-        os._exit(1)
-    tree.first_for_the_oom_killer()
-    signal.set_wakeup_fd(-1)
-    for sig in DEFAULT_SIGNALS:
-        signal.signal(sig, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    tree.no_flow_control(0)
+    signal.set_wakeup_fd(-1)  # (the server's SIGCHLD wake-up: its descriptor number may be a kept one's now)
+    leader_steps()
     if request.get("abstract_socket_scope"):
         tree.enter_abstract_socket_scope()
     os.execve(request["argv"][0], request["argv"], request["env"])
