@@ -477,11 +477,13 @@ def make_leader_preexec(parent_pid: int):  # type: ignore[no-untyped-def]
 
     Everything that can be decided before the fork is: the child, a copy of this whole process, pays a page
     fault for each page it writes, so it does as little Python as it can.  Handlers are reset by the exec
-    itself; only signals this process ignores stay ignored across it, so only those are set back.
+    itself; only signals this process ignores stay ignored across it, so those are set back - every one of
+    them, as a terminal's program starts with none ignored (Python ignores SIGPIPE and SIGXFSZ, and a program
+    that inherited SIGXFSZ ignored gets EFBIG past ``ulimit -f`` instead of being stopped).
     """
     prctl = _libc().prctl
-    ignored = [sig for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE)
-               if signal.getsignal(sig) == signal.SIG_IGN]
+    ignored = [sig for sig in signal.valid_signals()
+               if sig not in (signal.SIGKILL, signal.SIGSTOP) and signal.getsignal(sig) == signal.SIG_IGN]
 
     def preexec() -> None:
         prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

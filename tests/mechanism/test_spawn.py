@@ -309,3 +309,22 @@ def test_a_contained_session_is_forked_by_the_server_with_its_seccomp_filter(man
     r = manager.sync.send(agent, info.session_id, SendRequest("grep Seccomp_filters /proc/self/status; echo $$"))
     assert r.viewport.splitlines()[1:3] == ["Seccomp_filters:\t1", "2"], r.viewport  # (filtered, in its namespace)
     manager.sync.close(agent, info.session_id)
+
+
+@pytest.mark.parametrize("served", [True, False], ids=["fork-server", "own-fork"])
+def test_a_leader_starts_with_no_signal_ignored(manager, agent, tmp_path, monkeypatch, served):
+    """A program in a terminal starts with no signal ignored; Python ignores SIGPIPE and SIGXFSZ, and a notebook
+    may ignore more (here SIGUSR2).  Whoever forks the leader - the fork server or this process - sets every one
+    of them back, so ``ulimit -f`` stops a program with SIGXFSZ instead of failing its write with EFBIG."""
+    import signal as signals
+
+    monkeypatch.setattr(pty_child, "_FORK_SERVED", served and pty_child._FORK_SERVED)
+    before = signals.signal(signals.SIGUSR2, signals.SIG_IGN)
+    try:
+        info = manager.sync.open(agent, "shell", cwd=str(tmp_path))
+    finally:
+        signals.signal(signals.SIGUSR2, before)
+    r = manager.sync.send(agent, info.session_id, SendRequest(
+        "grep SigIgn /proc/self/status; (ulimit -f 1; head -c 100000 /dev/zero > big); echo rc=$?"))
+    assert r.viewport.splitlines()[1:3] == ["SigIgn:\t0000000000000000", "rc=153"], r.viewport
+    manager.sync.close(agent, info.session_id)
