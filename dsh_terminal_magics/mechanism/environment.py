@@ -7,11 +7,16 @@ or ``none``), drop the default excludes (names matching ``*KEY*``,
 unless ``ignore_default_excludes``, drop ``exclude`` globs, keep only
 ``include_only`` globs when given; then the backend's own variables
 (``TERM``, pagers …) and ``set`` are added, ``set`` last.
+
+What a Jupyter kernel sets in its own process for itself is not inherited
+under any policy (see :func:`without_the_kernels_own`): a session sees the
+environment a terminal beside the notebook would.
 """
 from __future__ import annotations
 
 import fnmatch
 import functools
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Literal, Mapping
@@ -19,6 +24,15 @@ from typing import Literal, Mapping
 #: Variables ``inherit="core"`` keeps (plus every ``LC_*``).
 CORE_VARIABLES = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "TMPDIR")
 DEFAULT_EXCLUDES = ("*KEY*", "*SECRET*", "*TOKEN*", "*PASSWORD*", "*CREDENTIAL*")
+
+#: What a Jupyter kernel's machinery sets in its own process, with the value it sets: ipykernel's inline plotting
+#: backend (no program outside the kernel can draw with it, and one whose Python lacks ``matplotlib_inline`` -
+#: a project's virtualenv - fails ``import matplotlib.pyplot``), colours forced on for the notebook's ``!cmd``
+#: output (in a terminal, output piped to a file or to ``grep`` would carry escapes), and debugpy's switch.
+KERNEL_SETTINGS = {"MPLBACKEND": "module://matplotlib_inline.backend_inline", "FORCE_COLOR": "1",
+                   "CLICOLOR_FORCE": "1", "CLICOLOR": "1", "PYDEVD_USE_FRAME_EVAL": "NO"}
+#: What a kernel's launcher gives the kernel alone: the pid of the process it watches, its notebook's path.
+KERNEL_LAUNCH_VARIABLES = ("JPY_PARENT_PID", "JPY_SESSION_NAME")
 
 
 @dataclass(frozen=True)
@@ -47,11 +61,34 @@ def _glob(patterns: tuple[str, ...]) -> "re.Pattern[str]":
     return re.compile("|".join(fnmatch.translate(p.upper()) for p in patterns) or "(?!)")
 
 
+@functools.lru_cache(maxsize=1)
+def started_with() -> dict[str, str]:
+    """The environment this process was started with (``/proc/self/environ``; empty when it cannot be read)."""
+    try:
+        with open("/proc/self/environ", "rb") as f:
+            entries = f.read().split(b"\0")
+    except OSError:
+        return {}
+    pairs = (os.fsdecode(entry).partition("=") for entry in entries if b"=" in entry)
+    return {name: value for name, _, value in pairs}
+
+
+def without_the_kernels_own(source: Mapping[str, str]) -> dict[str, str]:
+    """``source`` less what a kernel set for itself: :data:`KERNEL_LAUNCH_VARIABLES`, and a
+    :data:`KERNEL_SETTINGS` variable holding the kernel's value unless this process was started with it (a
+    ``FORCE_COLOR=1`` the user exported before starting Jupyter stays; ``MPLBACKEND=Agg`` always stays)."""
+    started = started_with()
+    return {name: value for name, value in source.items()
+            if name not in KERNEL_LAUNCH_VARIABLES
+            and (KERNEL_SETTINGS.get(name) != value or started.get(name) == value)}
+
+
 def inherited(policy: EnvironmentPolicy, source: Mapping[str, str]) -> dict[str, str]:
-    """The part of ``source`` the policy lets through (before backend variables and ``set``)."""
+    """The part of ``source`` the policy lets through (before backend variables and ``set``), never what
+    the kernel set for itself (:func:`without_the_kernels_own`)."""
     if policy.inherit == "none":
         return {}
-    env = dict(source)
+    env = without_the_kernels_own(source)
     if policy.inherit == "core":
         env = {k: v for k, v in env.items() if k in CORE_VARIABLES or k.startswith("LC_")}
     if not policy.ignore_default_excludes:

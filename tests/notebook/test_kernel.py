@@ -146,3 +146,27 @@ tools.shutdown()
         assert key in user_view and "server-token-probe" in user_view, user_view
     finally:
         kernel.stop()
+
+
+def test_a_session_sees_the_environment_the_kernel_was_started_with_not_what_it_set_for_itself(monkeypatch):
+    """ipykernel sets, in its own process, the inline plotting backend (``import matplotlib.pyplot`` fails in a
+    project's virtualenv without ``matplotlib_inline``) and colours forced on (piped output would carry
+    escapes), and its launcher gives it its parent's pid: a terminal beside the notebook sees none of them.
+    What the kernel was started with stays, even when the kernel sets the same value (``CLICOLOR=1`` here)."""
+    names = ("MPLBACKEND", "FORCE_COLOR", "CLICOLOR_FORCE", "CLICOLOR", "JPY_PARENT_PID")
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLICOLOR", "1")
+    monkeypatch.setenv("STARTED_WITH", "kept")
+    kernel = Kernel()
+    try:
+        show = "; ".join(f"print(os.environ.get('{name}'))" for name in names)
+        _, out = kernel.run(f"import os; {show}")
+        assert out.split() == ["module://matplotlib_inline.backend_inline", "1", "1", "1", str(os.getpid())], out
+        kernel.run("%load_ext dsh_terminal_magics")
+        kernel.run("%term_open")
+        echo = " ".join(f"[${name}]" for name in (*names, "STARTED_WITH"))
+        _, out = kernel.run(f"%term_send echo {echo}")
+        assert "[] [] [] [1] [] [kept]" in out.splitlines(), out
+    finally:
+        kernel.stop()
