@@ -494,7 +494,7 @@ def make_leader_preexec(parent_pid: int):  # type: ignore[no-untyped-def]
         for sig in ignored:
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        no_flow_control(0)
+        terminal_modes(0)
 
     return preexec
 
@@ -524,14 +524,24 @@ def first_for_the_oom_killer() -> None:
         os.close(fd)
 
 
-def no_flow_control(fd: int) -> None:
-    """Turn XON/XOFF flow control off on terminal ``fd`` (``stty -ixon``): nobody reads a session's screen
-    but us, and we read all of it, so a C-s could only stop its output - for good, with every later send
-    timing out on silence.  Programs then get C-s and C-q as keys (readline's forward search)."""
+#: ``termios.IUTF8`` (Python 3.13 names it; Linux's value).
+IUTF8 = getattr(termios, "IUTF8", 0o40000)
+
+
+def terminal_modes(fd: int) -> None:
+    """Set terminal ``fd``'s input modes as our terminal's: XON/XOFF flow control off (``stty -ixon``) and
+    UTF-8 input on (``stty iutf8``).
+
+    Nobody reads a session's screen but us, and we read all of it, so a C-s could only stop its output - for
+    good, with every later send timing out on silence; programs get C-s and C-q as keys (readline's forward
+    search).  The terminal speaks UTF-8 (keys are sent, output read, as UTF-8), so the kernel's line editing
+    must too, as under xterm or a terminal over ssh: without ``iutf8`` a Backspace in a line being read
+    (``read``, ``cat``, a password prompt) erased one byte of an ``é``, and the program read the other."""
     try:
         attrs = termios.tcgetattr(fd)
-        if attrs[0] & termios.IXON:
-            attrs[0] &= ~termios.IXON
+        wanted = (attrs[0] & ~termios.IXON) | IUTF8
+        if attrs[0] != wanted:
+            attrs[0] = wanted
             termios.tcsetattr(fd, termios.TCSANOW, attrs)
     except termios.error:
         pass

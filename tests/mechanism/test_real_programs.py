@@ -986,6 +986,20 @@ def test_c_s_reaches_the_program_as_a_key(term):
     shell_gets_the_next_command(term)
 
 
+def test_a_backspace_in_a_line_being_read_erases_a_whole_character(term):
+    """The terminal's line editing is UTF-8 (``stty iutf8``, as under xterm or ssh): a Backspace after ``é`` in
+    a line a program reads whole (``read``, here; ``cat``, ``input()`` without readline, password prompts)
+    erases the character, not the last of its two bytes - the program read ``\xc3`` and then the next key."""
+    r, _ = term("stty -a")
+    assert "iutf8" in r.viewport.split(), r.viewport
+    r, t = term('read -r line; printf "%s" "$line" | od -An -tx1')
+    prompt(r, t, "")
+    r, t = term("naïve", keys=["Backspace", "Backspace", "Backspace", "x"], submit=False)
+    r, t = term("")
+    assert r.wait_reason == "stdin_read" and " 6e 61 78" in r.viewport, r.viewport  # "nax"
+    shell_gets_the_next_command(term)
+
+
 @pytest.mark.parametrize("setup,key,char", [("stty ixon", "C-s", "\x13"), ("stty ixon stop ^B", "C-b", "\x02")],
                          ids=["C-s", "a stop key of its own"])
 def test_the_stop_key_with_flow_control_turned_back_on_does_not_stop_the_output(term, setup, key, char):
