@@ -12,11 +12,12 @@ import codecs
 import json
 import os
 import queue
+import stat
 import threading
 import time
 
-from .errors import InvalidArgumentError, shown
-from .vocabulary import COLS_RANGE, MAX_CONFINED_RECORDING_BYTES, ROWS_RANGE
+from .errors import InvalidArgumentError, absolute_path, shown
+from .vocabulary import COLS_RANGE, MAX_CONFINED_RECORDING_BYTES, MAX_REPLAY_BYTES, ROWS_RANGE
 
 
 #: Lines waiting for the writer thread; beyond this, events are dropped (and counted), never waited for.
@@ -150,7 +151,7 @@ def open_recording(path: str, rows: int, cols: int, title: str = "", confine_to:
     if confine_to is not None:
         fd, where = _open_confined(path, confine_to)
         return CastRecorder(fd, where, rows, cols, title, max_bytes=MAX_CONFINED_RECORDING_BYTES)
-    where = os.path.abspath(os.path.expanduser(path))
+    where = absolute_path(path)
     if not os.path.isdir(os.path.dirname(where)):
         raise InvalidArgumentError(f"cannot record to {where!r}: its directory does not exist; "
                                    "pick a path in an existing directory")
@@ -203,13 +204,31 @@ def _open_recordings_directory(root: str) -> int:
                                    "directory (or set recordDir to one)") from None
 
 
+def _unreadable_recording(found: os.stat_result) -> str | None:
+    if not stat.S_ISREG(found.st_mode):
+        return "it is not a regular file"
+    if found.st_size > MAX_REPLAY_BYTES:
+        return f"it holds {found.st_size} bytes, more than the {MAX_REPLAY_BYTES} a replay loads"
+    return None
+
+
 def read_cast(path: str) -> tuple[dict, list[tuple[float, str, str]]]:
-    """Parse an asciinema v2 file into its header and ``(time, kind, data)`` events (sizes checked)."""
+    """Parse an asciinema v2 file into its header and ``(time, kind, data)`` events (sizes checked).
+
+    Only a regular file of at most :data:`~.vocabulary.MAX_REPLAY_BYTES` is read: opening a FIFO waited for
+    a writer, and ``/dev/zero`` was read without end, either holding the kernel for good."""
     try:
-        with open(os.path.expanduser(path), encoding="utf-8") as f:
-            lines = [line for line in f if line.strip()]
+        fd = os.open(absolute_path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise InvalidArgumentError(f"cannot read recording {path!r}: {exc.strerror}") from None
+        raise InvalidArgumentError(f"cannot read recording {shown(path)}: {exc.strerror}") from None
+    if problem := _unreadable_recording(os.fstat(fd)):
+        os.close(fd)
+        raise InvalidArgumentError(f"cannot read recording {shown(path)}: {problem}; pass a .cast file's path")
+    with open(fd, encoding="utf-8", errors="replace") as f:
+        try:
+            lines = [line for line in f if line.strip()]
+        except OSError as exc:
+            raise InvalidArgumentError(f"cannot read recording {shown(path)}: {exc.strerror}") from None
     try:
         header = json.loads(lines[0])
         events = [(float(t), str(k), str(d)) for t, k, d in (json.loads(line) for line in lines[1:])]

@@ -6,6 +6,8 @@ to tell cases apart catch the subclasses; everyone else catches
 """
 from __future__ import annotations
 
+import os
+
 
 class TerminalError(Exception):
     """Base of every error raised by dsh_terminal_magics."""
@@ -69,3 +71,20 @@ class ConfigError(TerminalError, ValueError):
 
 class BackendError(TerminalError):
     """A backend could not be found or failed to start."""
+
+
+def absolute_path(path: str) -> str:
+    """``path`` (``~`` expanded) made absolute against this process's working directory - or a
+    :class:`TerminalError` saying what to do when that directory is gone: a notebook's folder deleted or
+    moved away leaves the kernel in it, and ``os.getcwd()`` fails with a bare ``FileNotFoundError``."""
+    path = os.path.expanduser(path)
+    if os.path.isabs(path):
+        return os.path.normpath(path)
+    try:
+        here = os.getcwd()
+    except FileNotFoundError:
+        raise TerminalError("this process's working directory (the kernel's) no longer exists - it was deleted "
+                            "or moved away - so neither a relative path nor the default directory can be found "
+                            "from it: change the kernel to an existing directory (%cd DIR, or os.chdir in a "
+                            "cell)") from None
+    return os.path.normpath(os.path.join(here, path))

@@ -33,6 +33,8 @@ MAX_SEND_BYTES = 1024 * 1024
 #: Largest recording a model's ``terminal_record`` writes (bytes): past it the file stops growing (a
 #: program's output flood must not fill the disk under ``recordDir``).  The notebook user's have no cap.
 MAX_CONFINED_RECORDING_BYTES = 64 * 1024 * 1024
+#: Largest recording ``%term_replay`` loads (bytes): its events are held in memory, several times its size.
+MAX_REPLAY_BYTES = 256 * 1024 * 1024
 #: Most lines one read returns, and the default page.
 MAX_READ_LINES = 5000
 DEFAULT_READ_LINES = 500

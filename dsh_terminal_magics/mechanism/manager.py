@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import (BackendError, InvalidArgumentError, SessionLimitError, SessionNotRunningError,
-                      TerminalError, UnknownSessionError, shown)
+                      TerminalError, UnknownSessionError, absolute_path, shown)
 from ..owners import new_id
 from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE, SIGNALS, session_name_problem,
                           signal_name, wait_seconds_problem)
@@ -131,8 +131,8 @@ class SessionManager:
         if name is not None and (problem := session_name_problem(name)):
             raise InvalidArgumentError(problem)
         self._check_caps(owner)
-        root = self.workspace_root or os.getcwd()
-        where = os.path.abspath(os.path.join(root, os.path.expanduser(cwd))) if cwd is not None else root
+        root = absolute_path(self.workspace_root or ".")
+        where = absolute_path(os.path.join(root, os.path.expanduser(cwd))) if cwd is not None else root
         spec, wrapping = await _prepare_in_time(backend, cwd, where, root, sandbox)
         self._check_caps(owner)  # (again: other opens went on while the file system answered)
         if name is not None and any(s.owner is owner and s.name == name and s.status != "closed"

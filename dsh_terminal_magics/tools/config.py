@@ -6,7 +6,7 @@ from typing import Any, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
 
-from ..errors import ConfigError
+from ..errors import ConfigError, absolute_path
 from ..mechanism import AGENT_DEFAULT, EnvironmentPolicy, Sandbox, sandbox_problem
 from ..vocabulary import MAX_SAFE_INTEGER, MIN_MAX_RESULT_BYTES, max_result_bytes_problem
 
@@ -57,8 +57,8 @@ class ToolsConfig(BaseModel):
         """Where ``terminal_record`` from a tool call may write: ``recordDir``, by default
         ``recordings/`` under the workspace root."""
         if self.record_dir is not None:
-            return os.path.abspath(os.path.expanduser(self.record_dir))
-        return os.path.join(os.path.abspath(workspace_root or os.getcwd()), "recordings")
+            return absolute_path(self.record_dir)
+        return os.path.join(absolute_path(workspace_root or "."), "recordings")
 
     @property
     def environment(self) -> EnvironmentPolicy:

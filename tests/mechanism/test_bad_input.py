@@ -23,6 +23,25 @@ def test_bad_cwd(manager, agent, cwd):
     assert manager.sync.list(agent) == []
 
 
+def test_a_working_directory_that_was_deleted_is_one_clear_error(manager, agent, tmp_path, monkeypatch):
+    """A notebook's folder deleted or moved away leaves the kernel in it: opening a session (which starts in
+    the kernel's directory) or recording to a relative path said only ``FileNotFoundError: [Errno 2]``."""
+    from dsh_terminal_magics.asciicast import open_recording
+
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    for cwd in (None, "sub", str(tmp_path)):
+        with pytest.raises(TerminalError, match=r"working directory \(the kernel's\) no longer exists .*%cd DIR"):
+            manager.sync.open(agent, "shell", cwd=cwd)
+    with pytest.raises(TerminalError, match="no longer exists"):
+        open_recording("demo.cast", 24, 80)
+    assert manager.sync.list(agent) == []
+    monkeypatch.chdir(tmp_path)
+    manager.sync.close(agent, manager.sync.open(agent, "shell").session_id)  # (and all is well again)
+
+
 @pytest.mark.parametrize("name", ["two\nlines", "tab\there", "osc\x1b]52;c;aGk=\x07", "bidi\u202eevil", "line\u2028sep"])
 def test_a_session_name_with_a_control_character_is_refused(manager, agent, name):
     """A name is shown in the lines a model reads (a session list): a line break in one made a line of its own,

@@ -81,6 +81,25 @@ def test_magic_keys_press_no_enter_unless_named(ip):
     assert r.exit_code == 0 and "after" in r.viewport
 
 
+@pytest.mark.parametrize("what", ["fifo", "/dev/zero", "too big", "a directory"])
+def test_replaying_what_is_not_a_recording_file_is_one_clear_error(ip, tmp_path, what):
+    """Opening a FIFO waited for a writer and ``/dev/zero`` was read without end: either held the kernel for
+    good (pytest-timeout fails this test if it does); a file past the replay's cap is refused unread."""
+    import os
+
+    from dsh_terminal_magics.vocabulary import MAX_REPLAY_BYTES
+
+    path = {"/dev/zero": "/dev/zero", "a directory": str(tmp_path)}.get(what, str(tmp_path / "x.cast"))
+    if what == "fifo":
+        os.mkfifo(path)
+    elif what == "too big":
+        with open(path, "wb") as f:
+            f.truncate(MAX_REPLAY_BYTES + 1)  # (sparse: no disk)
+    problem = "it holds .* bytes, more than the .* a replay loads" if what == "too big" else "it is not a regular file"
+    with pytest.raises(UsageError, match=f"cannot read recording .*: {problem}; pass a .cast file's path"):
+        ip.run_line_magic("term_replay", path)
+
+
 def test_magics_keys_resize_record_replay(ip, capsys, tmp_path):
     ip.run_line_magic("term_open", "")
     r = ip.run_line_magic("term_send", "--no-submit --keys Left,Left,Y,Enter echo xyz")
