@@ -8,9 +8,10 @@ unless ``ignore_default_excludes``, drop ``exclude`` globs, keep only
 ``include_only`` globs when given; then the backend's own variables
 (``TERM``, pagers …) and ``set`` are added, ``set`` last.
 
-What a Jupyter kernel sets in its own process for itself is not inherited
-under any policy (see :func:`without_the_kernels_own`): a session sees the
-environment a terminal beside the notebook would.
+What a Jupyter kernel sets in its own process for itself, and what describes
+the terminal it was started from, is not inherited under any policy (see
+:func:`without_the_kernels_own`): a session sees the environment a terminal
+beside the notebook would.
 """
 from __future__ import annotations
 
@@ -33,6 +34,16 @@ KERNEL_SETTINGS = {"MPLBACKEND": "module://matplotlib_inline.backend_inline", "F
                    "CLICOLOR_FORCE": "1", "CLICOLOR": "1", "PYDEVD_USE_FRAME_EVAL": "NO"}
 #: What a kernel's launcher gives the kernel alone: the pid of the process it watches, its notebook's path.
 KERNEL_LAUNCH_VARIABLES = ("JPY_PARENT_PID", "JPY_SESSION_NAME")
+#: What describes the terminal the kernel was started from - its emulator, multiplexer and size - and not the
+#: session's, which is ours (globs): with Jupyter started inside tmux, ``TMUX`` pointed a session's ``tmux`` at
+#: the user's own server (``tmux kill-server`` ended it; a new tmux refused to nest), ``TERM_PROGRAM`` or
+#: ``KITTY_WINDOW_ID`` made programs send escapes for a terminal that is not there, ``COLUMNS`` and ``LINES``
+#: overrode the PTY's size.
+OUTER_TERMINAL_VARIABLES = (
+    "TMUX", "TMUX_PANE", "STY", "TERMCAP", "COLUMNS", "LINES", "WINDOWID", "COLORFGBG", "TERM_PROGRAM",
+    "TERM_PROGRAM_VERSION", "TERM_SESSION_ID", "TERMINAL_EMULATOR", "VTE_VERSION", "LC_TERMINAL",
+    "LC_TERMINAL_VERSION", "WT_SESSION", "WT_PROFILE_ID", "KITTY_*", "ITERM_*", "WEZTERM_*", "ALACRITTY_*",
+    "KONSOLE_*", "GNOME_TERMINAL_*")
 
 
 @dataclass(frozen=True)
@@ -74,12 +85,13 @@ def started_with() -> dict[str, str]:
 
 
 def without_the_kernels_own(source: Mapping[str, str]) -> dict[str, str]:
-    """``source`` less what a kernel set for itself: :data:`KERNEL_LAUNCH_VARIABLES`, and a
-    :data:`KERNEL_SETTINGS` variable holding the kernel's value unless this process was started with it (a
-    ``FORCE_COLOR=1`` the user exported before starting Jupyter stays; ``MPLBACKEND=Agg`` always stays)."""
+    """``source`` less what is the kernel's own: :data:`KERNEL_LAUNCH_VARIABLES`, what describes the terminal
+    it was started from (:data:`OUTER_TERMINAL_VARIABLES`), and a :data:`KERNEL_SETTINGS` variable holding the
+    kernel's value unless this process was started with it (a ``FORCE_COLOR=1`` the user exported before
+    starting Jupyter stays; ``MPLBACKEND=Agg`` always stays)."""
     started = started_with()
     return {name: value for name, value in source.items()
-            if name not in KERNEL_LAUNCH_VARIABLES
+            if name not in KERNEL_LAUNCH_VARIABLES and not _matches(name, OUTER_TERMINAL_VARIABLES)
             and (KERNEL_SETTINGS.get(name) != value or started.get(name) == value)}
 
 

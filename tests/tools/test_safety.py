@@ -70,6 +70,33 @@ def test_the_notebook_users_own_sessions_inherit_everything(secret_env):
     assert "OPENAI_API_KEY" not in agent_env
 
 
+OUTER_TERMINAL = {"TMUX": "/tmp/tmux-0/default,4242,0", "TMUX_PANE": "%3", "STY": "77.pts-1.host",
+                  "TERM_PROGRAM": "iTerm.app", "KITTY_WINDOW_ID": "1", "LC_TERMINAL": "iTerm2", "COLUMNS": "33",
+                  "LINES": "7", "VTE_VERSION": "7600"}
+
+
+def test_no_session_sees_the_terminal_the_kernel_was_started_from(monkeypatch):
+    """Jupyter started inside tmux (or kitty, iTerm2, screen): its variables describe that terminal, not the
+    session's.  ``TMUX`` pointed a session's ``tmux`` at the user's own server - ``tmux kill-server`` in the
+    session ended it - and ``LC_TERMINAL`` passed even the agents' ``inherit: core``.  ``COLUMNS`` and
+    ``LINES`` overrode the PTY's size in the programs that read them first (Python's ``shutil``)."""
+    for key, value in OUTER_TERMINAL.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TMUXINATOR_CONFIG", "kept")  # (only the names themselves, or their families, go)
+    user = Agent("notebook")
+    tools = TerminalTools(user=user)
+    try:
+        envs = [env_of(tools, user), env_of(tools, Agent("model"))]
+        sid = tools.call("terminal_open", {"type": "python"}, agent=user).session_id
+        size = tools.call("terminal_send", {"sessionId": sid, "text": "import shutil; shutil.get_terminal_size()"},
+                          agent=user).viewport
+    finally:
+        tools.shutdown()
+    assert [set(OUTER_TERMINAL) & set(env) for env in envs] == [set(), set()], envs
+    assert envs[0]["TMUXINATOR_CONFIG"] == "kept"
+    assert "os.terminal_size(columns=160, lines=40)" in size, size
+
+
 def test_bad_environment_policy_is_refused_at_load():
     with pytest.raises(TerminalError, match="shellEnvironmentPolicy"):
         TerminalTools(config={"shellEnvironmentPolicy": {"inherit": "some"}})
