@@ -34,13 +34,15 @@ KERNEL_SETTINGS = {"MPLBACKEND": "module://matplotlib_inline.backend_inline", "F
                    "CLICOLOR_FORCE": "1", "CLICOLOR": "1", "PYDEVD_USE_FRAME_EVAL": "NO"}
 #: What a kernel's launcher gives the kernel alone: the pid of the process it watches, its notebook's path.
 KERNEL_LAUNCH_VARIABLES = ("JPY_PARENT_PID", "JPY_SESSION_NAME")
-#: What describes the terminal the kernel was started from - its emulator, multiplexer and size - and not the
-#: session's, which is ours (globs): with Jupyter started inside tmux, ``TMUX`` pointed a session's ``tmux`` at
-#: the user's own server (``tmux kill-server`` ended it; a new tmux refused to nest), ``TERM_PROGRAM`` or
-#: ``KITTY_WINDOW_ID`` made programs send escapes for a terminal that is not there, ``COLUMNS`` and ``LINES``
-#: overrode the PTY's size.
+#: What describes the terminal the kernel was started from - its device, emulator, multiplexer and size - and
+#: not the session's, which is ours (globs): with Jupyter started inside tmux, ``TMUX`` pointed a session's
+#: ``tmux`` at the user's own server (``tmux kill-server`` ended it; a new tmux refused to nest); ``GPG_TTY``
+#: (which gpg's guides have every ``.bashrc`` export) sent gpg's passphrase dialog to that terminal, leaving the
+#: session waiting; ``TERM_PROGRAM`` or ``KITTY_WINDOW_ID`` made programs send escapes for a terminal that is
+#: not there; ``COLUMNS`` and ``LINES`` overrode the PTY's size.
 OUTER_TERMINAL_VARIABLES = (
-    "TMUX", "TMUX_PANE", "STY", "TERMCAP", "COLUMNS", "LINES", "WINDOWID", "COLORFGBG", "TERM_PROGRAM",
+    "GPG_TTY", "SSH_TTY", "TMUX", "TMUX_PANE", "STY", "TERMCAP", "COLUMNS", "LINES", "WINDOWID", "COLORFGBG",
+    "TERM_PROGRAM",
     "TERM_PROGRAM_VERSION", "TERM_SESSION_ID", "TERMINAL_EMULATOR", "VTE_VERSION", "LC_TERMINAL",
     "LC_TERMINAL_VERSION", "WT_SESSION", "WT_PROFILE_ID", "KITTY_*", "ITERM_*", "WEZTERM_*", "ALACRITTY_*",
     "KONSOLE_*", "GNOME_TERMINAL_*")

@@ -70,7 +70,8 @@ def test_the_notebook_users_own_sessions_inherit_everything(secret_env):
     assert "OPENAI_API_KEY" not in agent_env
 
 
-OUTER_TERMINAL = {"TMUX": "/tmp/tmux-0/default,4242,0", "TMUX_PANE": "%3", "STY": "77.pts-1.host",
+OUTER_TERMINAL = {"GPG_TTY": "/dev/pts/97", "SSH_TTY": "/dev/pts/97", "TMUX": "/tmp/tmux-0/default,4242,0",
+                  "TMUX_PANE": "%3", "STY": "77.pts-1.host",
                   "TERM_PROGRAM": "iTerm.app", "KITTY_WINDOW_ID": "1", "LC_TERMINAL": "iTerm2", "COLUMNS": "33",
                   "LINES": "7", "VTE_VERSION": "7600"}
 
@@ -78,7 +79,8 @@ OUTER_TERMINAL = {"TMUX": "/tmp/tmux-0/default,4242,0", "TMUX_PANE": "%3", "STY"
 def test_no_session_sees_the_terminal_the_kernel_was_started_from(monkeypatch):
     """Jupyter started inside tmux (or kitty, iTerm2, screen): its variables describe that terminal, not the
     session's.  ``TMUX`` pointed a session's ``tmux`` at the user's own server - ``tmux kill-server`` in the
-    session ended it - and ``LC_TERMINAL`` passed even the agents' ``inherit: core``.  ``COLUMNS`` and
+    session ended it - ``GPG_TTY`` sent gpg's passphrase dialog there, and ``LC_TERMINAL`` passed even the
+    agents' ``inherit: core``.  ``COLUMNS`` and
     ``LINES`` overrode the PTY's size in the programs that read them first (Python's ``shutil``)."""
     for key, value in OUTER_TERMINAL.items():
         monkeypatch.setenv(key, value)
