@@ -89,7 +89,7 @@ class ShellBackend:
         rc = _shell_rc()
         # A python3 started in the shell gets the python session's REPL (blocks run whole: see python_rc.py),
         # unless the kernel's environment names a start-up file of its own.
-        env = {} if os.environ.get("PYTHONSTARTUP") else {"PYTHONSTARTUP": _package_file("python_rc.py")}
+        env = {} if os.environ.get("PYTHONSTARTUP") else {"PYTHONSTARTUP": _package_file("python_startup.py")}
         return LaunchSpec([bash, "--noprofile", "--rcfile", rc, "-i"], {**env, **readline_env()},
                           f"bash {_bash_version(bash)} shell; prompt '$ '; exit codes reported")
 
@@ -100,7 +100,7 @@ class PythonBackend:
     name = "python"
 
     def launch(self, cwd: str) -> LaunchSpec:
-        env = {"PYTHON_BASIC_REPL": "1", "PYTHONSTARTUP": _package_file("python_rc.py"), "PYTHONINSPECT": "",
+        env = {"PYTHON_BASIC_REPL": "1", "PYTHONSTARTUP": _package_file("python_startup.py"), "PYTHONINSPECT": "",
                **readline_env()}
         version = ".".join(map(str, sys.version_info[:3]))
         argv, wrapped = reaped([sys.executable, "-q", "-i"])

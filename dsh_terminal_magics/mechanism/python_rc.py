@@ -1,5 +1,6 @@
-"""The python session's start-up file (``PYTHONSTARTUP``), the REPL's counterpart of ``shell_rc.bash``; the
-shell session points ``PYTHONSTARTUP`` here too, for the ``python3`` an agent starts in it.
+"""The python session's REPL set-up, the counterpart of ``shell_rc.bash``: run by its start-up file
+(``PYTHONSTARTUP``, ``python_startup.py``) on Python 3.7 and later - the shell session names that file too, for
+the ``python3`` an agent starts in it, whatever its version.
 
 * The REPL takes the terminal in a process group of its own, as a shell's job control would: under the
   sandbox's pid namespace it shares its group with ``bwrap``, and a Ctrl-C (or an interrupt) killed
@@ -22,6 +23,8 @@ shell session points ``PYTHONSTARTUP`` here too, for the ``python3`` an agent st
 
 Importing this module does nothing.
 """
+from __future__ import annotations  # (read by pythons older than the package's own: 3.7 on)
+
 if __name__ == "__main__":
     def _dsh_terminal_setup() -> None:
         import os
@@ -160,7 +163,8 @@ if __name__ == "__main__":
         return sys.argv[:1] == [""] and "IPython" not in sys.modules \
             and (sys.version_info < (3, 13) or bool(os.environ.get("PYTHON_BASIC_REPL")))
 
-    _dsh_terminal_setup()
-    del _dsh_terminal_setup
-    if _dsh_terminal_plain_repl():
-        _dsh_terminal_console()
+    # (each taken out of the namespace the REPL shares before it runs: a plain REPL has none of them)
+    globals().pop("_dsh_terminal_setup")()
+    if globals().pop("_dsh_terminal_plain_repl")():
+        globals().pop("_dsh_terminal_console")()
+    globals().pop("_dsh_terminal_console", None)

@@ -1090,3 +1090,43 @@ def test_a_command_of_wide_characters_wrapping_the_row_reads_as_typed(term):
     text = "中文" * 90
     r, _ = term(f"echo {text}")
     assert r.viewport.splitlines() == [f"$ echo {text}", text, "$ "], r.viewport
+
+
+def _older_pythons() -> dict[tuple[int, int], str]:
+    """Interpreters older than 3.9 on this machine (pyenv's, or on ``PATH``), by version."""
+    import glob
+    import subprocess
+
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    candidates = glob.glob(f"{root}/versions/*/bin/python") + [
+        path for name in ("python2", "python2.7", "python3.6", "python3.7", "python3.8")
+        if (path := shutil.which(name)) is not None]
+    found = {}
+    for path in candidates:
+        out = subprocess.run([path, "-c", "import sys; print('%d %d' % sys.version_info[:2])"],
+                             capture_output=True, text=True).stdout.split()
+        if len(out) == 2 and (int(out[0]), int(out[1])) < (3, 9):
+            found.setdefault((int(out[0]), int(out[1])), path)
+    return found
+
+
+def test_a_python_older_than_the_package_started_in_a_shell_starts_cleanly(term):
+    """The shell names the python session's start-up file for every python started in it (``PYTHONSTARTUP``),
+    whatever its version: Python 2.7 printed a ``SyntaxError`` from it at start-up, 3.6-3.8 a ``TypeError``
+    (an annotation 3.9 reads).  Now 3.7 on get the session's REPL - a block with blank lines runs whole - and
+    older ones their plain REPL; and no start-up name is left in the REPL's namespace, ``__file__`` included."""
+    pythons = _older_pythons()
+    if not pythons and not os.environ.get("CI"):
+        pytest.skip("no python older than 3.9 here (the CI machine's pyenv has 2.7 to 3.8)")
+    assert pythons, "no python older than 3.9 on this machine"
+    block = "class A:\n    a = 1\n\n    def g(self):\n        return self.a + 1\n\nprint(A().g() * 21)"
+    for version, path in sorted(pythons.items()):
+        r, t = term(f"{path} -i")
+        prompt(r, t, ">>> ")
+        assert "Error" not in r.viewport, (version, r.viewport)
+        r, _ = term(block if version >= (3, 7) else "print(42)")
+        assert "\n42\n" in r.viewport and "Error" not in r.viewport, (version, r.viewport)
+        r, _ = term("print('%s %s' % ('__file__' in globals(), [k for k in list(globals()) if 'dsh' in k]))")
+        assert "\nFalse []\n" in r.viewport, (version, r.viewport)
+        term("exit()")
+    shell_gets_the_next_command(term)
