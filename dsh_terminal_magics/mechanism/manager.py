@@ -142,7 +142,10 @@ class SessionManager:
         session_id = new_id("t")
         Watchdog.ensure(_PROCESS_TOKEN)
         token = f"{_PROCESS_TOKEN}.{secrets.token_hex(8)}"  # unrelated to the session id
-        env = session_environment(environment, os.environ, {**BASE_ENV, **spec.env}, {SESSION_TOKEN_ENV: token})
+        # (PWD: the directory as named, which a shell keeps when it is where it starts - through a symlink, the
+        # kernel's own PWD made bash fall back to the resolved path, and 'cd ..' went to the target's parent)
+        env = session_environment(environment, os.environ, {**BASE_ENV, **spec.env, "PWD": where},
+                                  {SESSION_TOKEN_ENV: token})
         options = options or self.options
         # The sandbox's set-up (it reads every Unix socket the host has bound: 60 ms for 3000), the fork and
         # the exec start now, in a spawner thread; the session's own state is built meanwhile.

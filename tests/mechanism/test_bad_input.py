@@ -23,6 +23,20 @@ def test_bad_cwd(manager, agent, cwd):
     assert manager.sync.list(agent) == []
 
 
+def test_a_cwd_through_a_symlink_is_kept_as_named(manager, agent, tmp_path):
+    """A shell keeps the directory as it was named when ``PWD`` says so (as after ``cd link`` in a terminal):
+    without it - or with the kernel's own ``PWD`` - bash fell back to the resolved path, and ``cd ..`` went to
+    the target's parent."""
+    (tmp_path / "elsewhere" / "real").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere" / "real")
+    info = manager.sync.open(agent, "shell", cwd=str(tmp_path / "link"))
+    try:
+        r = manager.sync.send(agent, info.session_id, SendRequest("pwd; cd ..; pwd"))
+        assert r.viewport.splitlines()[1:3] == [str(tmp_path / "link"), str(tmp_path)], r.viewport
+    finally:
+        manager.sync.close(agent, info.session_id)
+
+
 def test_a_working_directory_that_was_deleted_is_one_clear_error(manager, agent, tmp_path, monkeypatch):
     """A notebook's folder deleted or moved away leaves the kernel in it: opening a session (which starts in
     the kernel's directory) or recording to a relative path said only ``FileNotFoundError: [Errno 2]``."""
