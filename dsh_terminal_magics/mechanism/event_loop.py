@@ -74,21 +74,24 @@ class Handoff(Generic[T]):
 
     def set_result(self, value: T) -> None:
         if not self._set:
-            self._set = True
             self._value = value
+            self._set = True  # (after the value: a waiter that sees it set may take the value)
             self._lock.release()
 
     def set_exception(self, error: BaseException) -> None:
         if not self._set:
-            self._set = True
             self._error = error
+            self._set = True
             self._lock.release()
 
     def result(self, timeout: float | None = None) -> T:
-        """Wait for the value (raises the error; ``TimeoutError`` after ``timeout`` seconds)."""
-        if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
-            raise TimeoutError("no result in time")
-        self._lock.release()  # later calls return at once
+        """Wait for the value (raises the error; ``TimeoutError`` after ``timeout`` seconds).  Once it is in,
+        every call returns at once - even after a Ctrl-C that struck between taking the lock and giving it
+        back (the next wait for the same result then blocked for good)."""
+        if not self._set:
+            if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+                raise TimeoutError("no result in time")
+            self._lock.release()
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[no-any-return]
@@ -185,33 +188,43 @@ class EventLoopThread:
         Ctrl-C (KeyboardInterrupt) here cancels the coroutine on the loop - each
         operation turns its cancellation into the right interrupt (a send
         interrupts the program) - waits (bounded) for it to wind up, then
-        propagates.
+        propagates.  A Ctrl-C that strikes before this thread is waiting - the
+        coroutine handed in, or not yet - is one too: it reached nothing (an
+        open went on to make a session nobody was told of).
         """
-        done = threading.Event()
-        box: dict[str, Any] = {}
-
-        async def runner() -> None:
-            try:
-                box["value"] = await coro
-            except BaseException as exc:  # handed to the calling thread
-                box["error"] = exc
-            finally:
-                done.set()
-
+        if self.in_loop_thread():
+            coro.close()
+            raise TerminalError("blocking terminal calls cannot be made from the terminal loop thread; "
+                                "use the async API there")
         try:
-            future = self.submit(runner())
+            self._check_alive()
         except TerminalError:
             coro.close()  # (never started: no "never awaited" warning)
             raise
+        result: Handoff[T] = Handoff()
+        tasks: list[asyncio.Task[T]] = []
+
+        def start() -> None:
+            tasks.append(self.loop.create_task(coro))
+            tasks[0].add_done_callback(_handed_over(result))
+
+        def cancel() -> None:  # (on the loop, after start() if it was handed in at all)
+            if tasks:
+                tasks[0].cancel()
+            else:
+                coro.close()
+                result.set_result(None)  # type: ignore[arg-type]
+
         try:
-            done.wait()
+            self._hand_in(start)
+            return result.result()
         except KeyboardInterrupt:
-            future.cancel()
-            done.wait(10)
+            self._hand_in(cancel)
+            try:
+                result.result(timeout=10)
+            except (Exception, asyncio.CancelledError):  # (how it wound up does not matter: the Ctrl-C does)
+                pass
             raise
-        if "error" in box:
-            raise box["error"]
-        return box["value"]  # type: ignore[no-any-return]
 
     async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
         """Await ``coro`` (run on the private loop) from any other event loop."""
@@ -251,42 +264,54 @@ class EventLoopThread:
             raise TerminalError("blocking terminal calls cannot be made from the terminal loop thread; "
                                 "use the async API there")
         result: Handoff[T] = Handoff()
-
-        def copy(done: "asyncio.Future[T]") -> None:
-            if done.cancelled():
-                result.set_exception(asyncio.CancelledError())
-            elif done.exception() is not None:
-                result.set_exception(done.exception())  # type: ignore[arg-type]
-            else:
-                result.set_result(done.result())
+        ran: list[bool] = []
 
         def invoke() -> None:
+            ran.append(True)
             try:
-                start().add_done_callback(copy)
+                start().add_done_callback(_handed_over(result))
             except BaseException as exc:
                 result.set_exception(exc)
 
-        self._hand_in(invoke)
+        def interrupt() -> None:  # (on the loop, after invoke() if it was handed in at all)
+            if ran:
+                on_interrupt()  # type: ignore[misc]
+            else:
+                result.set_result(None)  # type: ignore[arg-type]
+
         try:
+            self._hand_in(invoke)  # (a Ctrl-C right after it, before the wait, must reach the call too)
             return result.result()
         except KeyboardInterrupt:
             if on_interrupt is not None:
-                self._wind_up(result, on_interrupt)
+                self._wind_up(result, interrupt)
             raise
 
-    def _wind_up(self, result: Handoff[Any], on_interrupt: Callable[[], Any]) -> None:
-        """Run ``on_interrupt()`` on the loop and wait (10 s at most) for ``result``; run it again at each
-        KeyboardInterrupt meanwhile."""
+    def _wind_up(self, result: Handoff[Any], interrupt: Callable[[], Any]) -> None:
+        """Run ``interrupt()`` on the loop and wait (10 s at most) for ``result``; run it again at each
+        KeyboardInterrupt meanwhile.  Handed in as the call was, so it runs after the call started."""
         deadline = time.monotonic() + 10
         while True:
-            self.loop.call_soon_threadsafe(on_interrupt)
             try:
+                self._hand_in(interrupt)
                 result.result(timeout=max(deadline - time.monotonic(), 0.0))
                 return
             except KeyboardInterrupt:
                 continue
             except BaseException:
                 return
+
+
+def _handed_over(result: Handoff[T]) -> Callable[["asyncio.Future[T]"], None]:
+    """A done callback that hands a loop future's outcome to ``result``."""
+    def copy(done: "asyncio.Future[T]") -> None:
+        if done.cancelled():
+            result.set_exception(asyncio.CancelledError())
+        elif done.exception() is not None:
+            result.set_exception(done.exception())  # type: ignore[arg-type]
+        else:
+            result.set_result(done.result())
+    return copy
 
 
 def _forget_the_parents_loop() -> None:

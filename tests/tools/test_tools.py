@@ -226,6 +226,58 @@ def test_a_second_ctrl_c_during_a_call_interrupts_again(tools, agent, shell, tmp
     assert "clean-up cut short" in text and "cleaned up" not in text, text
 
 
+@pytest.mark.parametrize("when", ["after the hand-in", "before it"])
+def test_a_ctrl_c_before_the_call_waits_still_reaches_it(tools, agent, shell, monkeypatch, when):
+    """A Ctrl-C can strike while this thread is still handing a call in, before it waits.  Struck after the
+    hand-in, it was lost: the program ran on and the session stayed busy until the send's timeout (seen under
+    load, as a flaky test).  Struck before, the call never starts.  Either way the call raises at once and
+    nothing runs on.  Made to strike there, as the interpreter raises it at the next instruction."""
+    from dsh_terminal_magics.mechanism import EventLoopThread
+
+    hand_in = EventLoopThread._hand_in
+    struck: list[bool] = []
+
+    def striking(self, fn):  # type: ignore[no-untyped-def]
+        if struck:
+            return hand_in(self, fn)
+        struck.append(True)
+        if when == "after the hand-in":
+            hand_in(self, fn)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EventLoopThread, "_hand_in", striking)
+    with pytest.raises(KeyboardInterrupt):
+        tools.call("terminal_send", {"sessionId": shell, "text": "sleep 30", "timeout": 40}, agent=agent)
+    monkeypatch.setattr(EventLoopThread, "_hand_in", hand_in)
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo free-$((6*7))"}, agent=agent)
+    assert r.wait_reason == "stdin_read" and "free-42" in r.viewport, r  # (not busy: nothing runs on)
+
+
+@pytest.mark.parametrize("when", ["after the hand-in", "before it"])
+def test_a_ctrl_c_before_an_open_waits_leaves_no_session(tools, agent, monkeypatch, when):
+    """The same for every other call (here an open): struck after the hand-in, the open went on to make a
+    session nobody was told of."""
+    from dsh_terminal_magics.mechanism import EventLoopThread
+    from tests.conftest import wait_for
+
+    hand_in = EventLoopThread._hand_in
+    struck: list[bool] = []
+
+    def striking(self, fn):  # type: ignore[no-untyped-def]
+        if struck:
+            return hand_in(self, fn)
+        struck.append(True)
+        if when == "after the hand-in":
+            hand_in(self, fn)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(EventLoopThread, "_hand_in", striking)
+    with pytest.raises(KeyboardInterrupt):
+        tools.call("terminal_open", {"type": "shell"}, agent=agent)
+    monkeypatch.setattr(EventLoopThread, "_hand_in", hand_in)
+    wait_for(lambda: tools.call("terminal_list", {}, agent=agent).root == [])
+
+
 def test_job_output_at_small_cap_never_repeats_or_loses(agent):
     tools = TerminalTools(config={"maxResultBytes": 200})
     try:
