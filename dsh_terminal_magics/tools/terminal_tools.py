@@ -200,6 +200,7 @@ class TerminalTools:
                         show_prompt: bool) -> ForegroundSendResult:
         request = send_request(a, self.max_result_bytes)
         streamed_to = self._streamed.get(a.session_id)
+        begun: list[Any] = []
 
         def begin() -> Any:
             # Output after the last cell's stream ended leads this one, unless a send since showed it to its
@@ -210,22 +211,31 @@ class TerminalTools:
             unseen = resume is not None and resume < offset
             prompt = session.scrollback.partial_line if show_prompt and not unseen else ""
             op = self.manager.begin_send(agent, a.session_id, request, "a foreground send (streaming)")
+            begun.append(op)
             return session, op, resume if unseen else offset, prompt
 
-        session, op, start, prompt = self._loop.call(begin)
-        stream = LiveOutput(self._loop, session, start, on_output)
-        if prompt:
-            on_output(prompt)
-        future = self._loop.submit(_result_of(op))
-        while True:
+        try:
+            session, op, start, prompt = self._loop.call(begin)
+        except KeyboardInterrupt:  # (struck while the send began: it is interrupted, if it did - behind begin)
+            self._loop.call(lambda: begun and begun[0].cancel())
+            raise
+        stream: LiveOutput | None = None
+        future: concurrent.futures.Future[Any] | None = None
+        while True:  # (from here a Ctrl-C at any point interrupts the program, and the wait goes on)
             try:
+                if stream is None:
+                    stream = LiveOutput(self._loop, session, start, on_output)
+                    if prompt:
+                        on_output(prompt)
+                if future is None:
+                    future = self._loop.submit(_result_of(op))
                 try:
                     r = future.result(timeout=FLUSH_INTERVAL)
                     break
                 except concurrent.futures.TimeoutError:
                     stream.flush()
             except KeyboardInterrupt:
-                self._loop.call(op.cancel)
+                self._loop.loop.call_soon_threadsafe(op.cancel)
         stream.flush(final=True)
         self._streamed[a.session_id] = stream.offset
         return foreground_result(r)

@@ -253,6 +253,32 @@ def test_a_ctrl_c_before_the_call_waits_still_reaches_it(tools, agent, shell, mo
     assert r.wait_reason == "stdin_read" and "free-42" in r.viewport, r  # (not busy: nothing runs on)
 
 
+def test_a_ctrl_c_while_a_streaming_send_sets_up_interrupts_its_program(tools, agent, shell, monkeypatch):
+    """A streaming send (the magics') takes a Ctrl-C at any point once it began as an interrupt of its program,
+    and goes on to return the interrupted result.  One that struck while it set up its wait (here right after
+    handing in the wait for the result) escaped as a KeyboardInterrupt and left the program running."""
+    from dsh_terminal_magics.mechanism import EventLoopThread
+
+    submit = EventLoopThread.submit
+    struck: list[bool] = []
+
+    def striking(self, coro):  # type: ignore[no-untyped-def]
+        future = submit(self, coro)
+        if not struck:
+            struck.append(True)
+            raise KeyboardInterrupt
+        return future
+
+    monkeypatch.setattr(EventLoopThread, "submit", striking)
+    shown: list[str] = []
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "sleep 30", "timeout": 40}, agent=agent,
+                   on_output=shown.append)
+    monkeypatch.setattr(EventLoopThread, "submit", submit)
+    assert struck and r.interrupted and r.wait_reason == "stdin_read" and r.exit_code == 130, r
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo free-$((6*7))"}, agent=agent)
+    assert r.wait_reason == "stdin_read" and "free-42" in r.viewport, r
+
+
 @pytest.mark.parametrize("when", ["after the hand-in", "before it"])
 def test_a_ctrl_c_before_an_open_waits_leaves_no_session(tools, agent, monkeypatch, when):
     """The same for every other call (here an open): struck after the hand-in, the open went on to make a
