@@ -255,6 +255,15 @@ def read_memory(pid: int, address: int, size: int) -> bytes:
     return data
 
 
+def program_of(pid: int) -> str | None:
+    """The program ``pid`` runs (its ``/proc/PID/exe``; None when that cannot be read).  It changes at each
+    exec, and its reading takes no lock the program may hold (the file is the kernel's note of the exec)."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
 def read_stat(pid: int, tid: int | None = None) -> ProcessStat | None:
     """Read one process (or thread) stat; ``None`` when it does not exist or cannot be read."""
     return stat_of(read_proc(stat_path(pid, tid)), pid)

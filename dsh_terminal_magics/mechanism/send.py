@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from ..errors import InvalidArgumentError, TerminalError
 from ..vocabulary import TextCut, WaitReason
 from .keys import encode_keys
+from .process_tree import program_of
 from .readiness import Fence
 from .screen import ScreenSnapshot
 
@@ -256,8 +257,10 @@ class SendOperation:
         self.deadline = self.started + request.timeout
         self.cancel_requested = False
         self.interrupted_at = 0.0
-        #: The foreground groups this send has interrupted (see :meth:`cancel`).
-        self._interrupted: set[int] = set()
+        #: The foreground groups this send has interrupted, each with the program its leader ran then (see
+        #: :meth:`cancel`), and whether the prompt it ends at gets a C-u (see :meth:`cancel`).
+        self._interrupted: dict[int, str | None] = {}
+        self._clear_line_at_prompt = False
         self.escape_sent = escape_sent
         #: Characters of main-screen text written when the program last left the alternate screen during
         #: this send (None: it did not).
@@ -328,10 +331,32 @@ class SendOperation:
         that cleans up after the first may take a second as "stop now", so none is sent unasked."""
         if self.future.done():
             return
+        first = not self.cancel_requested
         self.cancel_requested, self.interrupted_at = True, time.monotonic()
         self.stop_text()
-        self._interrupt()
+        self._interrupt_behind_a_fence()
+        # The text went to the shell (or REPL) itself, which may have read it ahead into its line editor's own
+        # buffer: the interrupt ends the line being edited but not that buffer, whose rest then began the next
+        # line ('sleep 30' cut right after its Enter ran 'leep 30' + the next command).  C-u at the prompt the
+        # interrupt brings back clears the line (see _complete).
+        self._clear_line_at_prompt = first and bool(self.payload) and not self._to_command \
+            and self.session.foreground_pgid() == self.session.pid
         self.session.wake()
+
+    def _interrupt_behind_a_fence(self) -> None:
+        """:meth:`_interrupt`, and the wait ends at a wait for input begun after it - not one the program was
+        in, or got to, before its signal came: the kernel's worker makes the signal of the key later, and a
+        shell that handled it while the next send's text came in lost a character of that text.  The worker
+        is made to finish first (:meth:`ReadinessProbe.deliver_input_in_transit`): from then on the program
+        has the signal, and is seen running until it waits again."""
+        probe = self.session.probe
+        if probe is None or not probe.available:
+            self._interrupt()
+            return
+        fence = probe.fence()
+        self._interrupt()
+        probe.deliver_input_in_transit()
+        self.fence = fence
 
     def stop_text(self) -> None:
         """Write nothing more of the text: the program it was for is being interrupted or signalled."""
@@ -339,8 +364,22 @@ class SendOperation:
             self.text_cut_by = "signal"
 
     def _interrupt(self) -> None:
-        self._interrupted.add(self.session.foreground_pgid())
+        pgid = self.session.foreground_pgid()
+        self._interrupted[pgid] = program_of(pgid)
         self.session.interrupt_foreground()
+
+    def _interrupt_new_foreground(self) -> None:
+        """After an interrupt, once more for each foreground group that was not there - a command the shell
+        started since (input a program reading raw keys kept) - and for one whose leader has run another program
+        since: an interrupt that struck the shell's own copy of itself between its fork and its exec was lost
+        with the copy's handlers (``sleep 30`` cut right after its Enter ran on)."""
+        pgid = self.session.foreground_pgid()
+        if pgid in (0, self.session.pid):
+            return
+        if pgid not in self._interrupted:
+            self._interrupt()
+        elif (program := program_of(pgid)) is not None and program != self._interrupted[pgid]:
+            self._interrupt()
 
     def read_output(self) -> str:
         """Finished lines since the last call; once done, also the final unfinished line.  A line the
@@ -511,9 +550,7 @@ class SendOperation:
         if self.cancel_requested:
             if now - self.interrupted_at > INTERRUPT_GRACE:
                 return "timeout"
-            if session.foreground_pgid() not in (0, session.pid, *self._interrupted):
-                # A job started since the interrupt (input a program reading raw keys kept): stop it too, once.
-                self._interrupt()
+            self._interrupt_new_foreground()
         idle_at = self._idle_at(now)
         if now >= self.deadline:
             return "timeout"
@@ -585,6 +622,8 @@ class SendOperation:
             self.look_closely()
 
     def _complete(self, reason: WaitReason) -> None:
+        if self._clear_line_at_prompt and reason == "stdin_read":
+            self.session.write_now(KILL_LINE)  # (before any other send can write: see cancel)
         result = self._result(reason)
         self.future.set_result(result)
         self._finish()  # the caller has its result now; what follows runs before it can act on the loop
