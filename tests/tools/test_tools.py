@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -226,35 +228,44 @@ def test_a_second_ctrl_c_during_a_call_interrupts_again(tools, agent, shell, tmp
     assert "clean-up cut short" in text and "cleaned up" not in text, text
 
 
+@contextlib.contextmanager
+def ctrl_c_at_the_first_hand_in(after: bool) -> Iterator[None]:
+    """A KeyboardInterrupt in this thread at the block's first hand-in of a call to the loop: right after it
+    (``after``) or instead of it - where the interpreter raises one at the next instruction after a SIGINT."""
+    from dsh_terminal_magics.mechanism import EventLoopThread
+
+    hand_in = EventLoopThread._hand_in
+    struck: list[bool] = []
+
+    def striking(self, fn):  # type: ignore[no-untyped-def]
+        if struck:
+            return hand_in(self, fn)
+        struck.append(True)
+        if after:
+            hand_in(self, fn)
+        raise KeyboardInterrupt
+
+    EventLoopThread._hand_in = striking  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        EventLoopThread._hand_in = hand_in  # type: ignore[method-assign]
+
+
 @pytest.mark.parametrize("when", ["after the hand-in", "before it"])
-def test_a_ctrl_c_before_the_call_waits_still_reaches_it(tools, agent, shell, monkeypatch, when):
+def test_a_ctrl_c_before_the_call_waits_still_reaches_it(tools, agent, shell, when):
     """A Ctrl-C can strike while this thread is still handing a call in, before it waits.  Struck after the
     hand-in, it was lost: the program ran on and the session stayed busy until the send's timeout (seen under
     load, as a flaky test).  Struck before, the call never starts.  Either way the call raises at once and
-    nothing runs on.  Made to strike there, as the interpreter raises it at the next instruction.
+    nothing runs on.
 
     Struck right after the hand-in, the interrupt comes microseconds after the text, and three races showed
     (1 send in 8): the shell's copy of itself, between its fork and its exec, lost the signal (``sleep`` ran
     on); the shell's line editor kept the rest of the text it had read ahead (``leep 30`` began the next
     line); the send ended before the shell had the signal, which then cost the next text a character."""
-    from dsh_terminal_magics.mechanism import EventLoopThread
-
-    hand_in = EventLoopThread._hand_in
     for _ in range(12 if when == "after the hand-in" else 1):
-        struck: list[bool] = []
-
-        def striking(self, fn):  # type: ignore[no-untyped-def]
-            if struck:
-                return hand_in(self, fn)
-            struck.append(True)
-            if when == "after the hand-in":
-                hand_in(self, fn)
-            raise KeyboardInterrupt
-
-        monkeypatch.setattr(EventLoopThread, "_hand_in", striking)
-        with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_at_the_first_hand_in(when == "after the hand-in"), pytest.raises(KeyboardInterrupt):
             tools.call("terminal_send", {"sessionId": shell, "text": "sleep 30", "timeout": 40}, agent=agent)
-        monkeypatch.setattr(EventLoopThread, "_hand_in", hand_in)
         r = tools.call("terminal_send", {"sessionId": shell, "text": "echo free-$((6*7))"}, agent=agent)
         assert r.wait_reason == "stdin_read" and r.viewport.splitlines()[-2:] == ["free-42", "$ "], r
 
@@ -286,31 +297,17 @@ def test_a_ctrl_c_while_a_streaming_send_sets_up_interrupts_its_program(tools, a
 
 
 @pytest.mark.parametrize("when", ["after the hand-in", "before it"])
-def test_a_ctrl_c_before_an_open_waits_leaves_no_session(tools, agent, monkeypatch, when):
+def test_a_ctrl_c_before_an_open_waits_leaves_no_session(tools, agent, when):
     """The same for every other call (here an open): struck after the hand-in, the open went on to make a
     session nobody was told of."""
-    from dsh_terminal_magics.mechanism import EventLoopThread
     from tests.conftest import wait_for
-
-    hand_in = EventLoopThread._hand_in
-    struck: list[bool] = []
-
-    def striking(self, fn):  # type: ignore[no-untyped-def]
-        if struck:
-            return hand_in(self, fn)
-        struck.append(True)
-        if when == "after the hand-in":
-            hand_in(self, fn)
-        raise KeyboardInterrupt
 
     def sessions() -> list[str]:
         return [s.session_id for s in tools.call("terminal_list", {}, agent=agent).root]
 
     before = sessions()
-    monkeypatch.setattr(EventLoopThread, "_hand_in", striking)
-    with pytest.raises(KeyboardInterrupt):
+    with ctrl_c_at_the_first_hand_in(when == "after the hand-in"), pytest.raises(KeyboardInterrupt):
         tools.call("terminal_open", {"type": "shell"}, agent=agent)
-    monkeypatch.setattr(EventLoopThread, "_hand_in", hand_in)
     wait_for(lambda: sessions() == before)
 
 
