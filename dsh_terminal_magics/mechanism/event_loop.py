@@ -173,14 +173,21 @@ class EventLoopThread:
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> "concurrent.futures.Future[T]":
         """Schedule ``coro`` on the loop; returns a thread-safe future."""
+        self._check_may_wait(coro)
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def _check_may_wait(self, coro: Coroutine[Any, Any, Any] | None = None) -> None:
+        """Raise unless this thread may hand the loop a call and wait for it: not the loop thread itself, and
+        the loop thread still runs.  ``coro`` is closed first (it never starts: no "never awaited" warning)."""
         if self.in_loop_thread():
-            coro.close()
+            if coro is not None:
+                coro.close()
             raise TerminalError("blocking terminal calls cannot be made from the terminal loop thread; "
                                 "use the async API there")
         if not self.thread.is_alive():
-            coro.close()
+            if coro is not None:
+                coro.close()
             self._check_alive()
-        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the loop and wait for its result in this thread.
@@ -192,15 +199,7 @@ class EventLoopThread:
         coroutine handed in, or not yet - is one too: it reached nothing (an
         open went on to make a session nobody was told of).
         """
-        if self.in_loop_thread():
-            coro.close()
-            raise TerminalError("blocking terminal calls cannot be made from the terminal loop thread; "
-                                "use the async API there")
-        try:
-            self._check_alive()
-        except TerminalError:
-            coro.close()  # (never started: no "never awaited" warning)
-            raise
+        self._check_may_wait(coro)
         result: Handoff[T] = Handoff()
         tasks: list[asyncio.Task[T]] = []
 
@@ -260,9 +259,7 @@ class EventLoopThread:
         the loop and the wait continues (bounded) before the interrupt propagates;
         each further KeyboardInterrupt meanwhile runs it again (a second Ctrl-C).
         """
-        if self.in_loop_thread():
-            raise TerminalError("blocking terminal calls cannot be made from the terminal loop thread; "
-                                "use the async API there")
+        self._check_may_wait()
         result: Handoff[T] = Handoff()
         ran: list[bool] = []
 
