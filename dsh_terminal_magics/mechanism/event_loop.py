@@ -20,6 +20,10 @@ from ..errors import TerminalError
 
 T = TypeVar("T")
 
+#: Longest a blocking call in the main thread waits before the interpreter looks for a signal that arrived
+#: without waking it (:meth:`Handoff._wait_interruptibly`): the worst delay of such a Ctrl-C.
+SIGNAL_LOOK = 0.05
+
 
 class Completion(Protocol[T]):
     """What :meth:`EventLoopThread.call_and_wait` waits for: a loop future, or an object that calls back with
@@ -89,12 +93,30 @@ class Handoff(Generic[T]):
         every call returns at once - even after a Ctrl-C that struck between taking the lock and giving it
         back (the next wait for the same result then blocked for good)."""
         if not self._set:
-            if not self._lock.acquire(timeout=-1 if timeout is None else timeout):
+            if threading.get_ident() == threading.main_thread().ident:  # (where signal handlers run)
+                self._wait_interruptibly(timeout)
+            elif not self._lock.acquire(timeout=-1 if timeout is None else timeout):
                 raise TimeoutError("no result in time")
-            self._lock.release()
+            else:
+                self._lock.release()
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[no-any-return]
+
+    def _wait_interruptibly(self, timeout: float | None) -> None:
+        """The main thread's wait: in slices of :data:`SIGNAL_LOOK` seconds, between which the interpreter
+        runs the signal handlers due.  A lock wait wakes for a SIGINT only when the kernel delivers it to this
+        thread, during the wait: Linux may hand a process's signal to any of its threads that does not block
+        it, and one that lands just before the wait begins is handled by then - either way the Ctrl-C was
+        lost until the call ended of itself (the program ran on to the send's timeout)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = SIGNAL_LOOK if deadline is None else min(SIGNAL_LOOK, deadline - time.monotonic())
+            if self._lock.acquire(timeout=max(left, 0.0)):
+                self._lock.release()
+                return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError("no result in time")
 
 
 class EventLoopThread:

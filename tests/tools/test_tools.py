@@ -228,6 +228,34 @@ def test_a_second_ctrl_c_during_a_call_interrupts_again(tools, agent, shell, tmp
     assert "clean-up cut short" in text and "cleaned up" not in text, text
 
 
+def test_a_ctrl_c_the_kernel_hands_to_another_thread_still_interrupts_the_call(tools, agent, shell, tmp_path):
+    """Linux may hand a process's SIGINT to any of its threads: the handler then only notes it, and the main
+    thread, blocked waiting for the call, did not wake for it - the Ctrl-C was lost until the send's timeout,
+    and the program ran on.  (Delivered here to the presser's own thread, which is what that looks like.)"""
+    import signal
+    import threading
+    from tests.conftest import wait_for
+    program = tmp_path / "interruptible.py"
+    program.write_text(f"import time, pathlib\ntry:\n    pathlib.Path({str(tmp_path / 'working')!r}).touch()\n"
+                       "    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)\n")
+
+    def press_ctrl_c_in_this_thread() -> None:
+        wait_for(lambda: (tmp_path / "working").exists())
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c_in_this_thread)
+    presser.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            r = tools.call("terminal_send", {"sessionId": shell, "text": f"python3 {program}", "timeout": 30,
+                                             "idle": 30}, agent=agent)
+    finally:
+        presser.join()
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo $?"}, agent=agent)
+    assert r.viewport.splitlines()[1:] == ["0", "$ "], r  # (the program's handler ended it normally)
+    assert "interrupted" in tools.call("terminal_read", {"sessionId": shell}, agent=agent).text
+
+
 @contextlib.contextmanager
 def ctrl_c_at_the_first_hand_in(after: bool) -> Iterator[None]:
     """A KeyboardInterrupt in this thread at the block's first hand-in of a call to the loop: right after it
