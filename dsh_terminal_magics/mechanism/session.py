@@ -264,7 +264,7 @@ class Session:
         if self.child is None:
             return None
         self.discard_input()  # (nothing typed ahead runs while the close lets the shell reap its dead)
-        return TreeToEnd(self.child.leader, self.token.encode(), self.child.exited)
+        return TreeToEnd(self.child.leader, self.token.encode(), self.child.exited, self.sandbox.wrapped)
 
     def finish_close(self) -> None:
         """After the tree has ended: reap, flush, close every fd.  Never blocks."""
