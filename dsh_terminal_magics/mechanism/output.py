@@ -335,8 +335,12 @@ class ScrollbackBuffer:
         pieces: list[str] = []
         done = begin = 0  # (text[:done] is in pieces; the segment the next CR ends begins at begin)
         head = self._partial
+        narrow = self.columns // 2  # (no character takes more than two columns)
         for lone in _LONE_CR.finditer(text):
             cr = lone.start()
+            if cr - begin <= narrow and not head:  # (it cannot have wrapped: a progress bar's redraw, a CR flood)
+                begin = cr + 1
+                continue
             newline = text.rfind("\n", begin, cr)
             if newline >= 0:
                 begin, head = newline + 1, ""

@@ -242,6 +242,11 @@ def test_a_cr_after_a_line_wrapped_returns_to_the_start_of_its_last_row():
     assert played("x" * 40 + "\rover\r\n") == ["over", ""]  # (a full row waits at its end: no wrap yet)
     assert played("50%\r100%\r\n") == ["100%", ""]
     assert played("\u5bbd" * 25 + "\rab\r\n") == ["\u5bbd" * 20, "ab", ""]  # (20 wide characters a row)
+    # A segment of at most half the row's columns is passed over without a look (a CR flood took 1.1 us a CR):
+    # 20 wide characters fill the row without wrapping it, 21 wrap it.
+    assert played("\r" * 1000 + "0" * 50 + "\rdone\r\n") == ["0" * 40, "done", ""]
+    assert played("\r" + "\u5bbd" * 20 + "\rab\r\n") == ["ab", ""]
+    assert played("\r" + "\u5bbd" * 21 + "\rab\r\n") == ["\u5bbd" * 20, "ab", ""]
 
 
 def test_an_erase_of_the_line_leaves_no_blanks_at_its_end():
