@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import time
 from typing import Callable, Iterator
@@ -76,6 +77,17 @@ def start_send(manager: SessionManager, owner: object, session_id: str, request:
                holder: str) -> SendOperation:
     """Take the session's reservation and start a send from the test thread; returns the operation."""
     return manager.loop_thread.call(manager.begin_send, owner, session_id, request, holder)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _ctrl_c_raises() -> Iterator[None]:
+    """A SIGINT raises KeyboardInterrupt in this process, as in a kernel running a cell (ipykernel puts Python's
+    handler in place for the cell).  A test run started in the background of a shell without job control
+    (``cmd &`` in a script) inherits SIGINT ignored, and every test that presses Ctrl-C failed there."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if before is not None:
+        signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(scope="session", autouse=True)
