@@ -255,13 +255,19 @@ def read_memory(pid: int, address: int, size: int) -> bytes:
     return data
 
 
+def read_link(path: str) -> str | None:
+    """Where the symbolic link ``path`` points (a ``/proc`` link: a descriptor's file, a program); None when
+    it cannot be read."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
 def program_of(pid: int) -> str | None:
     """The program ``pid`` runs (its ``/proc/PID/exe``; None when that cannot be read).  It changes at each
     exec, and its reading takes no lock the program may hold (the file is the kernel's note of the exec)."""
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return None
+    return read_link(f"/proc/{pid}/exe")
 
 
 def read_stat(pid: int, tid: int | None = None) -> ProcessStat | None:

@@ -49,8 +49,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Collection, Mapping
 
-from .process_tree import (HAVE_PROC, ProcFiles, ProcessStat, guarded_reads, process_table, read_memory, read_proc,
-                           stat_of, stat_path)
+from .process_tree import (HAVE_PROC, ProcFiles, ProcessStat, guarded_reads, process_table, read_link, read_memory,
+                           read_proc, stat_of, stat_path)
 
 #: Waits with a timeout shorter than this (seconds) are timers, not prompts.
 SHORT_WAIT = 0.05
@@ -1029,7 +1029,7 @@ class ReadinessProbe:
             child = queue.pop(0)
             fds = _fds(child, looks)
             looks -= len(fds) + 1
-            if any(_readlink(f"/proc/{child}/fd/{fd}") == link for fd in fds):
+            if any(read_link(f"/proc/{child}/fd/{fd}") == link for fd in fds):
                 return child
             queue.extend(self._children(child))
         return None
@@ -1398,13 +1398,6 @@ def _pts_links(pid: str) -> set[str]:
     return {target for target in _fd_links(pid) if target.startswith("/dev/pts/")}
 
 
-def _readlink(path: str) -> str | None:
-    try:
-        return os.readlink(path)
-    except OSError:
-        return None
-
-
 def _fds(pid: int | str, limit: int | None = None) -> list[str]:
     """``pid``'s first ``limit`` open fds (their numbers, as ``/proc/PID/fd`` lists them); none when unreadable."""
     try:
@@ -1415,7 +1408,7 @@ def _fds(pid: int | str, limit: int | None = None) -> list[str]:
 
 def _fd_links(pid: int | str, limit: int | None = None) -> set[str]:
     """What ``pid``'s open fds point to, as their ``/proc/PID/fd`` links show it (its first ``limit`` fds)."""
-    return {link for fd in _fds(pid, limit) if (link := _readlink(f"/proc/{pid}/fd/{fd}")) is not None}
+    return {link for fd in _fds(pid, limit) if (link := read_link(f"/proc/{pid}/fd/{fd}")) is not None}
 
 
 _HOLDERS = _HolderSearch()
