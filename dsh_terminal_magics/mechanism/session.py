@@ -357,6 +357,11 @@ class Session:
         if self.screen.after_chunk(events) and op is not None:
             op.left_full_screen_at = self.scrollback.chars_written
 
+    @property
+    def marks_prompts(self) -> bool:
+        """Whether the program draws our exit-code marker at its prompts (our shell and python session)."""
+        return self._marker_key is not None
+
     def _exit_codes(self, markers: list[tuple[int | None, str]]) -> list[int | None]:
         """The exit codes of the markers our shell set-up printed: those with the session's key.
 
