@@ -184,8 +184,11 @@ class ReadinessProbe:
         self._leader_pid = leader_pid
         #: Processes of a wrapper around the program (bubblewrap) that only wait for it: never members.
         self.wrappers: frozenset[int] = frozenset()
-        #: The processes the last check found freshly waiting on the tty.
+        #: The processes the last check found freshly waiting on the tty, and the wait each is in: the system
+        #: call (``read``, ``pselect6``, ...; ``""`` when it may not be read) and whether it sets a signal mask
+        #: for the wait (``pselect6``'s last argument: readline's own wait for a key does).
         self.tty_readers: list[int] = []
+        self.tty_read_calls: dict[int, tuple[str, bool]] = {}
         #: What the current check found the threads of the group doing when not reading the tty: their
         #: ``syscall`` lines ("stopped": stopped), and the processes with a thread waiting on the tty.
         self._other_waits: dict[tuple[int, int], str] = {}
@@ -416,7 +419,7 @@ class ReadinessProbe:
         self._leader_stat = None
         self._relayed = []
         self._outside = []
-        self.tty_readers = []
+        self.tty_readers, self.tty_read_calls = [], {}
         self._other_waits, self._tty_waiters, self._unseen = {}, set(), set()
         self.program_stopped = False
         self.handed_on = False
@@ -909,6 +912,7 @@ class ReadinessProbe:
             self._timeout, self.kept_by_relay = own_timeout, True
         if fresh:
             self.tty_readers.append(pid)
+            self.tty_read_calls[pid] = _wait_call(syscall)
         return "tty" if fresh else "stale"
 
     def _blind_to_the_program(self, path: str) -> None:
@@ -1498,6 +1502,13 @@ def _pts_index(rdev: int) -> int | None:
     """The pts number of a device number, or None when it is not a pts."""
     major = os.major(rdev)
     return (major - 136) * 256 + os.minor(rdev) if rdev and major in _PTS_MAJORS else None
+
+
+def _wait_call(syscall: str | None) -> tuple[str, bool]:
+    """A blocked thread's system call (its ``syscall`` line) and whether it sets a signal mask for the wait."""
+    parts = syscall.split() if syscall else []
+    name = _SYSCALLS.get(int(parts[0]), "") if parts and parts[0].isdigit() else ""
+    return name, name == "pselect6" and len(parts) > 6 and parts[6] not in ("0x0", "0")
 
 
 def _timed_call(line: str | None) -> tuple[str, list[int]] | None:

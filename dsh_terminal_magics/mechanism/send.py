@@ -265,6 +265,8 @@ class SendOperation:
         self._interrupted: dict[int, str | None] = {}
         self._clear_line_at_prompt = False
         self._pressed_again = False
+        #: When the next full check is due whatever the look-skipping rules say (see _prompt_due).
+        self._look_at = math.inf
         self.escape_sent = escape_sent
         #: Characters of main-screen text written when the program last left the alternate screen during
         #: this send (None: it did not).
@@ -546,7 +548,7 @@ class SendOperation:
             self._after_sleep(now, self._slept_from)
         if not session.running:
             return "session_exit"
-        skipped = self._may_skip_check(self._quiet_tick, now - self._checked_at)
+        skipped = now < self._look_at and self._may_skip_check(self._quiet_tick, now - self._checked_at)
         if not skipped:
             self._checked_at, self._checked = now, True
             if self._ready(self.fence, self._partial_from) and self._nothing_asked_since() \
@@ -571,21 +573,45 @@ class SendOperation:
         """Whether the shell (or our python REPL), interrupted while its line editor had the text and seen
         reading the terminal again, is yet to draw the prompt the interrupt brings back.
 
-        Waited for :data:`PROMPT_AFTER_INTERRUPT` seconds.  A shell that draws none by then never acted on the
-        interrupt: bash's line editor, struck while it worked on the text rather than in its read, echoes
-        ``^C``, keeps the interrupt pending and reads on - the next text's first character then ended the
-        line, and was lost with it (``bash: cho: command not found``, 1 strike in 100; 1 in 13 on a long
-        text).  It is struck once more, now in its read, where it acts on it, and the prompt is waited for
-        again.  Only a program whose prompts carry our marker: node takes a second Ctrl-C at its prompt as
-        "exit"."""
+        Waited for :data:`PROMPT_AFTER_INTERRUPT` seconds.  A line editor that draws none by then was struck
+        while it worked on the text rather than in its wait for keys: it keeps the interrupt pending and waits
+        on, and the next text's first key then ended the line and was lost with it (``bash: cho: command not
+        found``: 1 strike in 100; 1 in 13 on a long text), or the whole next line in the python REPL
+        (``KeyboardInterrupt`` in place of its output).  It is made to act on it once (see
+        :meth:`_act_on_the_pending_interrupt`), and the prompt is waited for again.  Only a program whose
+        prompts carry our marker: node takes a second Ctrl-C at its prompt as "exit"."""
         if not self._clear_line_at_prompt or self.marker_seen or not self.session.marks_prompts:
             return False
         if now - self.interrupted_at < PROMPT_AFTER_INTERRUPT:
+            self._look_at = self.interrupted_at + PROMPT_AFTER_INTERRUPT  # (a full check then, none skipped)
             return True
+        self._look_at = math.inf
         if self._pressed_again or program_of(self.session.pid) != self._interrupted.get(self.session.pid):
             return False  # (a program that replaced the shell, ``exec``, draws no marker)
         self._pressed_again, self.interrupted_at = True, now
-        self._interrupt_behind_a_fence()
+        return self._act_on_the_pending_interrupt()
+
+    def _act_on_the_pending_interrupt(self) -> bool:
+        """Make the line editor that waits with an interrupt pending act on it (False: it is not in its own
+        wait for keys - the terminal reads lines: a program's ``read``, which is left alone).
+
+        Ctrl-C once more, for a wait it takes signals in: bash's readline, in ``pselect6`` or its ``read``
+        (the wait is interrupted and it acts); the python REPL in its own ``select``.  Inside CPython's
+        readline, which waits for a key in ``pselect6`` with a signal mask and then reads, a signal only
+        restarts the wait: the interrupt flushed the input it was told was there (1 strike in 60) - there the
+        line is cleared and ended (C-u, Enter), and the REPL raises the pending KeyboardInterrupt before it
+        runs the empty line.  (In its own ``select`` the REPL may be a program's ``input()`` after its
+        KeyboardInterrupt: an Enter would answer it.)"""
+        probe = self.session.probe
+        call = probe.tty_read_calls.get(self.session.pid) if probe is not None else None
+        if probe is None or call is None or probe.reads_lines():
+            return False
+        name, masked = call
+        if self.session.type == "python" and (name == "read" or masked):
+            self.fence = probe.fence()
+            self.session.write_now(KILL_LINE + ENTER)
+        else:
+            self._interrupt_behind_a_fence()
         return True
 
     def _idle_at(self, now: float) -> float:
