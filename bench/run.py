@@ -835,7 +835,7 @@ def bench_readiness(reps: int, cpu_window: float, compute_window: float) -> dict
              "python computes 0.3 s; input()": "while time.monotonic() - t < 0.3: pass",
              "python computes 2 s; input()": "while time.monotonic() - t < 2: pass"}
     in_process: dict[str, list[float]] = {label: [] for label in waits}
-    for _ in range(max(2, reps // 10)):
+    for _ in range(max(1, reps // 10)):
         for label, wait in waits.items():
             code = (f"import time; t = time.monotonic()\n{wait}\n"
                     f"open({str(stamp)!r}, 'w').write(repr(time.monotonic())); input()")
@@ -1115,7 +1115,7 @@ def main() -> int:
         "command": "python3 bench/run.py" + (" --quick" if q else "") + (" --check" if args.check else ""),
     }
     results["idle_costs"] = bench_idle_costs(20 if q else 200)
-    results["round_trip"] = bench_round_trip(24 if q else 400)
+    results["round_trip"] = bench_round_trip(12 if q else 400)
     results["cold_send"] = bench_cold_send(5 if q else 40)
     results["idle_sweep"] = bench_idle_sweep(3 if q else 40)
     results["streaming"] = bench_streaming(20_000_000 if q else 200_000_000, 1 if q else 3)
@@ -1123,7 +1123,7 @@ def main() -> int:
     results["kernel"] = bench_kernel(20 if q else 100, 50_000_000 if q else 2_000_000_000)
     results["hostile_flood"] = bench_hostile_flood(20 if q else 200, 1.0 if q else 5.0, 4 if q else 32)
     results["busy_host"] = bench_busy_host(200 if q else 2000, 1.0 if q else 5.0)
-    results["readiness"] = bench_readiness(20 if q else 100, 2.0 if q else 10.0, 3.0 if q else 60.0)
+    results["readiness"] = bench_readiness(6 if q else 100, 1.0 if q else 10.0, 2.0 if q else 60.0)
     results["many_agents"] = bench_many_agents(4 if q else 64, 1.0 if q else 10.0, (2,) if q else (1, 8, 16, 32))
     results["verdicts"] = [{"target": t, "pass": ok, "measured": m} for t, ok, m in verdicts(results)]
     results["finished"] = time.strftime("%H:%M UTC", time.gmtime())

@@ -68,8 +68,7 @@ def jupyterlab(tmp_path) -> Iterator[str]:
         proc.kill()
         raise AssertionError("JupyterLab did not start: " + (tmp_path / "lab.log").read_text()[-2000:])
     yield url
-    subprocess.run([sys.executable, "-m", "jupyter", "server", "stop", str(port)], capture_output=True,
-                   timeout=30)
+    proc.terminate()  # (the server shuts its kernels down and exits: 0.8 s, where `jupyter server stop` took 12)
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
