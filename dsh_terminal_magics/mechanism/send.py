@@ -548,7 +548,10 @@ class SendOperation:
             self._after_sleep(now, self._slept_from)
         if not session.running:
             return "session_exit"
-        skipped = now < self._look_at and self._may_skip_check(self._quiet_tick, now - self._checked_at)
+        look_due = now >= self._look_at
+        if look_due:
+            self._look_at = math.inf
+        skipped = not look_due and self._may_skip_check(self._quiet_tick, now - self._checked_at)
         if not skipped:
             self._checked_at, self._checked = now, True
             if self._ready(self.fence, self._partial_from) and self._nothing_asked_since() \
@@ -576,7 +579,7 @@ class SendOperation:
         Waited for :data:`PROMPT_AFTER_INTERRUPT` seconds.  A line editor that draws none by then was struck
         while it worked on the text rather than in its wait for keys: it keeps the interrupt pending and waits
         on, and the next text's first key then ended the line and was lost with it (``bash: cho: command not
-        found``: 1 strike in 100; 1 in 13 on a long text), or the whole next line in the python REPL
+        found``: 1 strike in 100, about every other one on a long text), or the whole next line in the python REPL
         (``KeyboardInterrupt`` in place of its output).  It is made to act on it once (see
         :meth:`_act_on_the_pending_interrupt`), and the prompt is waited for again.  Only a program whose
         prompts carry our marker: node takes a second Ctrl-C at its prompt as "exit"."""
@@ -585,14 +588,14 @@ class SendOperation:
         if now - self.interrupted_at < PROMPT_AFTER_INTERRUPT:
             self._look_at = self.interrupted_at + PROMPT_AFTER_INTERRUPT  # (a full check then, none skipped)
             return True
-        self._look_at = math.inf
-        if self._pressed_again or program_of(self.session.pid) != self._interrupted.get(self.session.pid):
+        pid = self.session.pid
+        if pid is None or self._pressed_again or program_of(pid) != self._interrupted.get(pid):
             return False  # (a program that replaced the shell, ``exec``, draws no marker)
         self._pressed_again, self.interrupted_at = True, now
-        return self._act_on_the_pending_interrupt()
+        return self._act_on_the_pending_interrupt(pid)
 
-    def _act_on_the_pending_interrupt(self) -> bool:
-        """Make the line editor that waits with an interrupt pending act on it (False: it is not in its own
+    def _act_on_the_pending_interrupt(self, pid: int) -> bool:
+        """Make the line editor (process ``pid``) that waits with an interrupt pending act on it (False: it is not in its own
         wait for keys - the terminal reads lines: a program's ``read``, which is left alone).
 
         Ctrl-C once more, for a wait it takes signals in: bash's readline, in ``pselect6`` or its ``read``
@@ -603,7 +606,7 @@ class SendOperation:
         runs the empty line.  (In its own ``select`` the REPL may be a program's ``input()`` after its
         KeyboardInterrupt: an Enter would answer it.)"""
         probe = self.session.probe
-        call = probe.tty_read_calls.get(self.session.pid) if probe is not None else None
+        call = probe.tty_read_calls.get(pid) if probe is not None else None
         if probe is None or call is None or probe.reads_lines():
             return False
         name, masked = call
