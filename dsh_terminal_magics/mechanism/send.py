@@ -595,26 +595,31 @@ class SendOperation:
         return self._act_on_the_pending_interrupt(pid)
 
     def _act_on_the_pending_interrupt(self, pid: int) -> bool:
-        """Make the line editor (process ``pid``) that waits with an interrupt pending act on it (False: it is not in its own
-        wait for keys - the terminal reads lines: a program's ``read``, which is left alone).
+        """Make the line editor (process ``pid``) that waits with an interrupt pending act on it (False: it is
+        not in its own wait for keys, and nothing is pressed).
 
-        Ctrl-C once more, for a wait it takes signals in: bash's readline, in ``pselect6`` or its ``read``
-        (the wait is interrupted and it acts); the python REPL in its own ``select``.  Inside CPython's
-        readline, which waits for a key in ``pselect6`` with a signal mask and then reads, a signal only
-        restarts the wait: the interrupt flushed the input it was told was there (1 strike in 60) - there the
-        line is cleared and ended (C-u, Enter), and the REPL raises the pending KeyboardInterrupt before it
-        runs the empty line.  (In its own ``select`` the REPL may be a program's ``input()`` after its
-        KeyboardInterrupt: an Enter would answer it.)"""
+        Ctrl-C once more, for a wait it takes signals in: bash's readline, in ``pselect6`` or its ``read`` (the
+        wait is interrupted and it acts); the python REPL in its own ``select``.  Inside CPython's readline,
+        which waits for a key in ``pselect6`` with a signal mask and then reads, a signal only restarts the
+        wait: the interrupt flushed the input it was told was there (1 strike in 60) - there the line is
+        cleared and ended (C-u, Enter), and the REPL raises the pending KeyboardInterrupt before it runs the
+        empty line.  A program's ``input()`` after its KeyboardInterrupt waits in that ``select`` too, with no
+        prompt of ours: the REPL's own prompt is the one with bracketed paste on (see ``python_rc.py``), and
+        only there is the key pressed (a second Ctrl-C killed ``input('really? ')``).  Nothing for a
+        program that reads whole lines (the terminal in canonical mode: a ``read`` in a trap)."""
         probe = self.session.probe
         call = probe.tty_read_calls.get(pid) if probe is not None else None
         if probe is None or call is None or probe.reads_lines():
             return False
         name, masked = call
-        if self.session.type == "python" and (name == "read" or masked):
-            self.fence = probe.fence()
-            self.session.write_now(KILL_LINE + ENTER)
-        else:
-            self._interrupt_behind_a_fence()
+        if self.session.type == "python":
+            if name == "read" or masked:
+                self.fence = probe.fence()
+                self.session.write_now(KILL_LINE + ENTER)
+                return True
+            if not self.session.screen.bracketed_paste:
+                return False
+        self._interrupt_behind_a_fence()
         return True
 
     def _idle_at(self, now: float) -> float:

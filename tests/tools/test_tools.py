@@ -326,6 +326,34 @@ def test_a_keyboard_interrupt_the_python_repl_keeps_pending_does_not_eat_the_nex
     tools.call("terminal_close", {"sessionId": sid}, agent=agent)
 
 
+def test_a_question_the_repl_code_asks_after_its_keyboard_interrupt_gets_no_key_of_ours(tools, agent, tmp_path):
+    """Code in the python REPL that answers its KeyboardInterrupt with ``input()`` waits with no prompt of the
+    REPL's drawn, as a REPL with an interrupt pending does: the pending one is pressed again, the question is
+    the program's and is left to the agent (a second Ctrl-C killed ``input('really? ')``)."""
+    import signal
+    import threading
+    from tests.conftest import wait_for
+    sid = tools.call("terminal_open", {"type": "python"}, agent=agent).session_id
+    working = tmp_path / "working"
+    code = (f"try:\n    import pathlib, time; pathlib.Path({str(working)!r}).touch(); time.sleep(60)\n"
+            "except KeyboardInterrupt:\n    print('answered', repr(input('really? ')))\n")
+
+    def press_ctrl_c() -> None:
+        wait_for(working.exists)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c)
+    presser.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            tools.call("terminal_send", {"sessionId": sid, "text": code, "timeout": 30, "idle": 30}, agent=agent)
+    finally:
+        presser.join()
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "yes"}, agent=agent)
+    assert r.wait_reason == "stdin_read" and r.viewport.splitlines()[-2:] == ["answered 'yes'", ">>> "], r
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+
+
 def test_a_ctrl_c_while_a_streaming_send_sets_up_interrupts_its_program(tools, agent, shell, monkeypatch):
     """A streaming send (the magics') takes a Ctrl-C at any point once it began as an interrupt of its program,
     and goes on to return the interrupted result.  One that struck while it set up its wait (here right after
