@@ -184,11 +184,10 @@ class ReadinessProbe:
         self._leader_pid = leader_pid
         #: Processes of a wrapper around the program (bubblewrap) that only wait for it: never members.
         self.wrappers: frozenset[int] = frozenset()
-        #: The processes the last check found freshly waiting on the tty, and the wait each is in: the system
-        #: call (``read``, ``pselect6``, ...; ``""`` when it may not be read) and whether it sets a signal mask
-        #: for the wait (``pselect6``'s last argument: readline's own wait for a key does).
+        #: The processes the last check found freshly waiting on the tty, and the ``syscall`` line of each (None
+        #: when it may not be read; see :meth:`read_call`).
         self.tty_readers: list[int] = []
-        self.tty_read_calls: dict[int, tuple[str, bool]] = {}
+        self._tty_read_lines: dict[int, str | None] = {}
         #: What the current check found the threads of the group doing when not reading the tty: their
         #: ``syscall`` lines ("stopped": stopped), and the processes with a thread waiting on the tty.
         self._other_waits: dict[tuple[int, int], str] = {}
@@ -419,7 +418,7 @@ class ReadinessProbe:
         self._leader_stat = None
         self._relayed = []
         self._outside = []
-        self.tty_readers, self.tty_read_calls = [], {}
+        self.tty_readers, self._tty_read_lines = [], {}
         self._other_waits, self._tty_waiters, self._unseen = {}, set(), set()
         self.program_stopped = False
         self.handed_on = False
@@ -912,8 +911,21 @@ class ReadinessProbe:
             self._timeout, self.kept_by_relay = own_timeout, True
         if fresh:
             self.tty_readers.append(pid)
-            self.tty_read_calls[pid] = _wait_call(syscall)
+            self._tty_read_lines[pid] = syscall
         return "tty" if fresh else "stale"
+
+    def read_call(self, pid: int) -> tuple[str, bool] | None:
+        """The wait a process the last check found freshly reading the tty is in (None: it found none): its
+        system call (``read``, ``pselect6``, ...; ``""`` when it may not be read) and whether it sets a signal
+        mask for the wait (``pselect6``'s last argument: readline's own wait for a key does).  Parsed here,
+        when asked (after an interrupt), not on every check."""
+        if pid not in self._tty_read_lines:
+            return None
+        line = self._tty_read_lines[pid]
+        parts = line.split() if line else []
+        number = self._syscall_number(line)
+        name = _SYSCALLS.get(number, "") if number is not None else ""
+        return name, name == "pselect6" and len(parts) > 6 and parts[6] not in ("0x0", "0")
 
     def _blind_to_the_program(self, path: str) -> None:
         """Stop looking if the session's own program's ``path`` (its ``syscall`` or ``schedstat`` file, which a
@@ -1502,13 +1514,6 @@ def _pts_index(rdev: int) -> int | None:
     """The pts number of a device number, or None when it is not a pts."""
     major = os.major(rdev)
     return (major - 136) * 256 + os.minor(rdev) if rdev and major in _PTS_MAJORS else None
-
-
-def _wait_call(syscall: str | None) -> tuple[str, bool]:
-    """A blocked thread's system call (its ``syscall`` line) and whether it sets a signal mask for the wait."""
-    parts = syscall.split() if syscall else []
-    name = _SYSCALLS.get(int(parts[0]), "") if parts and parts[0].isdigit() else ""
-    return name, name == "pselect6" and len(parts) > 6 and parts[6] not in ("0x0", "0")
 
 
 def _timed_call(line: str | None) -> tuple[str, list[int]] | None:

@@ -608,7 +608,7 @@ class SendOperation:
         only there is the key pressed (a second Ctrl-C killed ``input('really? ')``).  Nothing for a
         program that reads whole lines (the terminal in canonical mode: a ``read`` in a trap)."""
         probe = self.session.probe
-        call = probe.tty_read_calls.get(pid) if probe is not None else None
+        call = probe.read_call(pid) if probe is not None else None
         if probe is None or call is None or probe.reads_lines():
             return False
         name, masked = call
