@@ -992,14 +992,18 @@ class ReadinessProbe:
         prompt - the command it passed it to may run there still, unseen.  A connection to a member is not
         (``node inspect`` talks to the program it debugs, whose state the group's answers; asyncio's own
         wake-up pair, in IPython's wait at its prompt, is a pair of sockets in one process).  What a socket
-        is, is remembered (in :attr:`_peers`), but for one still connecting."""
+        is, is remembered (in :attr:`_peers`), but for one still connecting, or whose other end waits in its
+        listener's queue: that end has no file yet and is no process's until one takes it, so the wait is no
+        prompt for this look, and the next asks again.  (``node inspect``'s connection, before the inspector of
+        the program it debugs takes it, was remembered as one to another host, or to nobody: every later send
+        to it ended on the idle window; and a relay to a daemon that took its connection late, a prompt.)"""
         known = self._peers
         members = self._looked_at
         # (a member holding the other end may have left the group since: a helper's setsid after its fork)
         unknown = [inode for inode in sockets if inode not in known or (known[inode] or 0) > 0
                    and known[inode] not in members]
-        if unknown:
-            self._learn_peers(pid, unknown)
+        if unknown and self._learn_peers(pid, unknown):
+            return True
         return any(known.get(inode) == _AWAY or (known.get(inode) == _HELPER and not self._helper_idle(inode))
                    for inode in sockets)
 
@@ -1055,9 +1059,11 @@ class ReadinessProbe:
         from :meth:`_passes_input_away`): a tmux server talking to its client, a debugger to its program."""
         return any(self._peers.get(inode) not in (None, _AWAY, pid) for inode in sockets)
 
-    def _learn_peers(self, pid: int, inodes: list[int]) -> None:
+    def _learn_peers(self, pid: int, inodes: list[int]) -> bool:
         """Note for each socket what is at its other end: :data:`_AWAY`, a member's pid, or None (not
-        connected, or no TCP, UDP or Unix socket)."""
+        connected, or no TCP, UDP or Unix socket).  True when one's other end waits in its listener's queue
+        (nothing is noted for it)."""
+        queued = False
         known = self._peers
         by_inode, by_ends = _inet_sockets(pid)
         held: dict[str, int] | None = None
@@ -1075,6 +1081,9 @@ class ReadinessProbe:
                     continue
             else:
                 peer = _unix_peer(inode)
+            if peer == 0:  # (the other end waits in its listener's queue: who takes it is not known yet)
+                queued = True
+                continue
             if peer is None:  # (not connected)
                 known[inode] = None
                 continue
@@ -1087,6 +1096,7 @@ class ReadinessProbe:
                 known[inode], self._helpers[inode] = _HELPER, (helper, peer)
             else:
                 known[inode] = _AWAY if holder is None else holder
+        return queued
 
     def _held_by_members(self) -> dict[str, int]:
         """What the processes of the group looked at hold open (their ``/proc/PID/fd`` links), each with the
@@ -1450,10 +1460,9 @@ def _fd_identity(fdinfo: bytes | None) -> tuple[int, int | None] | None:
 
 
 def _unix_peer(inode: int) -> int | None:
-    """The inode of the other end of Unix socket ``inode`` (in this process's network namespace); None when it
-    is no connected Unix socket there."""
-    value = _unix_diag(inode, _UDIAG_SHOW_PEER, _UNIX_DIAG_PEER)
-    return value or None
+    """The inode of the other end of Unix socket ``inode`` (in this process's network namespace); 0 while that
+    end waits in its listener's queue (it has no file yet); None when it is no connected Unix socket there."""
+    return _unix_diag(inode, _UDIAG_SHOW_PEER, _UNIX_DIAG_PEER)
 
 
 def _unix_unread(inode: int) -> int | None:
