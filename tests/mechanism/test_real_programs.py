@@ -929,7 +929,7 @@ def test_a_job_reading_multi_line_progress_sees_it_move(tmp_path, agent_tools):
         "print('done')\n")
     tools, agent = agent_tools
     sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
-    job = tools.call("terminal_send", {"sessionId": sid, "text": f"python3 {script}",
+    job = tools.call("terminal_send", {"sessionId": sid, "text": f"python3 {script}", "idle": 600,
                                        "run_in_background": True}, agent=agent).job_id
     seen: list[str] = []
 
@@ -961,8 +961,8 @@ def test_ctrl_c_in_the_python_session_interrupts_the_code_not_the_session(agent_
     assert r.wait_reason == "inferred_idle", r
     r = send("", keys=["C-c"], submit=False)
     assert r.wait_reason == "stdin_read" and "KeyboardInterrupt" in r.viewport, r
-    r = tools.call("terminal_send", {"sessionId": sid, "text": "time.sleep(60)", "run_in_background": True},
-                   agent=agent)
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "time.sleep(60)", "run_in_background": True,
+                                     "idle": 600}, agent=agent)
     output: list[str] = []
 
     def running() -> bool:  # (the REPL has taken the whole line: an interrupt while its line editor is part way

@@ -124,10 +124,12 @@ def world():
     ids["$EXITED"] = tools.call("terminal_open", {"type": "shell"}, agent=me).session_id
     tools.call("terminal_send", {"sessionId": ids["$EXITED"], "text": "exit 2"}, agent=me)
     ids["$BUSY"] = tools.call("terminal_open", {"type": "shell"}, agent=me).session_id
-    ids["$JOB"] = tools.call("terminal_send", {"sessionId": ids["$BUSY"], "text": "sleep 1000",
-                                               "run_in_background": True}, agent=me).job_id
-    ids["$FOREIGN_JOB"] = tools.call("terminal_send", {"sessionId": ids["$FOREIGN"], "text": "sleep 1000",
-                                                       "run_in_background": True}, agent=other).job_id
+    # (running all along: with the default idle window, 3 s, a job ended inferred_idle in the middle of a test
+    # on a starved host, where the module's tests took longer than that - the test's state before and after
+    # differed)
+    running = {"text": "sleep 1000", "run_in_background": True, "idle": 3600, "timeout": 3600}
+    ids["$JOB"] = tools.call("terminal_send", {"sessionId": ids["$BUSY"], **running}, agent=me).job_id
+    ids["$FOREIGN_JOB"] = tools.call("terminal_send", {"sessionId": ids["$FOREIGN"], **running}, agent=other).job_id
     for owner, sid in ((me, ids["$BUSY"]), (other, ids["$FOREIGN"])):
         session = tools.manager.loop_thread.call(tools.manager.session, owner, sid)
         wait_for(lambda: session.foreground_pgid() not in (0, session.pid))

@@ -66,8 +66,8 @@ def test_background_job_lifecycle(tools, agent, shell):
 
 def test_job_kill_interrupts_and_releases_the_session(tools, agent, shell):
     from tests.conftest import command_started, wait_for
-    job = tools.call("terminal_send", {"sessionId": shell, "text": "sleep 100", "run_in_background": True},
-                     agent=agent).job_id
+    job = tools.call("terminal_send", {"sessionId": shell, "text": "sleep 100", "run_in_background": True,
+                                       "idle": 600}, agent=agent).job_id
     shell_pid = tools.call("terminal_list", agent=agent).root[0].pid
     wait_for(lambda: command_started(shell_pid, "sleep"))
     killed = tools.call("job_kill", {"jobId": job}, agent=agent)
