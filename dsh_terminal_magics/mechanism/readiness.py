@@ -1061,11 +1061,12 @@ class ReadinessProbe:
 
     def _learn_peers(self, pid: int, inodes: list[int]) -> bool:
         """Note for each socket what is at its other end: :data:`_AWAY`, a member's pid, or None (not
-        connected, or no TCP, UDP or Unix socket).  True when one's other end waits in its listener's queue
-        (nothing is noted for it)."""
+        connected, or no TCP, UDP or Unix socket; but one not found in a TCP or UDP table read only in part, on
+        a host with thousands of sockets, is most likely one of its connections: :data:`_AWAY`).  True when
+        one's other end waits in its listener's queue (nothing is noted for it)."""
         queued = False
         known = self._peers
-        by_inode, by_ends = _inet_sockets(pid)
+        by_inode, by_ends, cut = _inet_sockets(pid)
         held: dict[str, int] | None = None
         if len(known) > MAX_FDS_LOOKED:
             known.clear()
@@ -1084,8 +1085,8 @@ class ReadinessProbe:
             if peer == 0:  # (the other end waits in its listener's queue: who takes it is not known yet)
                 queued = True
                 continue
-            if peer is None:  # (not connected)
-                known[inode] = None
+            if peer is None:  # (not connected - or, past the part of a table read, most likely a host's)
+                known[inode] = _AWAY if cut and inode not in by_inode else None
                 continue
             if held is None:  # (read once for all the sockets learnt here)
                 held = self._held_by_members()
@@ -1498,16 +1499,19 @@ def _unix_diag(inode: int, show: int, wanted: int) -> int | None:
 _Ends = tuple[str, bytes, bytes]
 
 
-def _inet_sockets(pid: int) -> tuple[dict[int, tuple[bytes, _Ends]], dict[_Ends, int]]:
+def _inet_sockets(pid: int) -> tuple[dict[int, tuple[bytes, _Ends]], dict[_Ends, int], bool]:
     """The TCP and UDP sockets of ``pid``'s network namespace, from the first :data:`MAX_SOCKET_TABLE` bytes of
     each table: inode -> (state, ends), ``b"01"`` being connected; and ends -> inode, to find a connection's
-    other end on this host (its ends are the same, the other way round)."""
+    other end on this host (its ends are the same, the other way round); and whether a table was cut there."""
     by_inode: dict[int, tuple[bytes, _Ends]] = {}
     by_ends: dict[_Ends, int] = {}
+    cut = False
     for table in ("tcp", "tcp6", "udp", "udp6"):
         try:
             with open(f"/proc/{pid}/net/{table}", "rb") as f:
-                lines = f.read(MAX_SOCKET_TABLE).splitlines()[1:]
+                text = f.read(MAX_SOCKET_TABLE)
+                cut = cut or (len(text) == MAX_SOCKET_TABLE and bool(f.read(1)))
+                lines = text.splitlines()[1:]
         except OSError:
             continue
         for line in lines:
@@ -1516,7 +1520,7 @@ def _inet_sockets(pid: int) -> tuple[dict[int, tuple[bytes, _Ends]], dict[_Ends,
                 ends = (table[:3], fields[1], fields[2])
                 by_inode[int(fields[9])] = (fields[3], ends)
                 by_ends[ends] = int(fields[9])
-    return by_inode, by_ends
+    return by_inode, by_ends, cut
 
 
 def _pts_index(rdev: int) -> int | None:

@@ -203,7 +203,21 @@ def test_a_relay_to_another_host_is_not_a_prompt(manager, agent, shell, shell_se
     shared connection over a Unix socket) waits on our tty again as soon as it has sent a line on; what runs
     at the other end is not seen.  Its wait is no prompt: the send ends on the idle window, with the output.
     It came back at once as ``stdin_read``, with only the echo."""
-    family, address = shell_server
+    relay_waits_out_the_idle_window(manager, agent, shell, *shell_server)
+
+
+@pytest.mark.parametrize("shell_server", ["tcp"], indirect=True)
+def test_a_relay_past_the_part_of_the_socket_table_read_is_not_a_prompt(manager, agent, shell, shell_server,
+                                                                         monkeypatch):
+    """The TCP and UDP tables are read up to :data:`~readiness.MAX_SOCKET_TABLE` bytes each; on a host with
+    thousands of sockets a relay's connection past that was taken for no connection at all, for good - its
+    wait, a prompt.  A socket not found in a table read only in part is most likely one of them."""
+    from dsh_terminal_magics.mechanism import readiness
+    monkeypatch.setattr(readiness, "MAX_SOCKET_TABLE", 160)  # (the header line and a bit)
+    relay_waits_out_the_idle_window(manager, agent, shell, *shell_server)
+
+
+def relay_waits_out_the_idle_window(manager, agent, shell, family: str, address: str) -> None:
     connect = f"socket.create_connection({address})" if family == "tcp" else \
         f"socket.socket(socket.AF_UNIX); far.connect({address})"
     relay = (f"{sys.executable} -c \"import os, select, socket\n"
