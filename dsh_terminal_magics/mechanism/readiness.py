@@ -1517,10 +1517,21 @@ def _inet_sockets(pid: int) -> tuple[dict[int, tuple[bytes, _Ends]], dict[_Ends,
         for line in lines:
             fields = line.split()
             if len(fields) > 9 and fields[9].isdigit():
-                ends = (table[:3], fields[1], fields[2])
+                ends = (table[:3], _ipv4_form(fields[1]), _ipv4_form(fields[2]))
                 by_inode[int(fields[9])] = (fields[3], ends)
                 by_ends[ends] = int(fields[9])
     return by_inode, by_ends, cut
+
+
+#: How ``/proc/net/tcp6`` shows an IPv4-mapped address (``::ffff:a.b.c.d``), before its IPv4 part.
+_IPV4_MAPPED = b"0000000000000000FFFF0000"
+
+
+def _ipv4_form(address: bytes) -> bytes:
+    """A ``/proc/net`` table's address (hex, ``:port``), an IPv4-mapped one in the IPv4 form: a dual-stack
+    listener's connection from ``127.0.0.1`` is in ``tcp6`` as ``::ffff:127.0.0.1``, its other end in ``tcp``;
+    they were not found to be the two ends of one connection, and it was taken for one to another host."""
+    return address[len(_IPV4_MAPPED):] if address.startswith(_IPV4_MAPPED) else address
 
 
 def _pts_index(rdev: int) -> int | None:

@@ -235,29 +235,34 @@ def relay_waits_out_the_idle_window(manager, agent, shell, family: str, address:
 
 
 #: A program that talks to a helper of its own group over TCP, as ``node inspect`` does to the program it
-#: debugs, waiting on our tty and on the connection at once; the helper takes the connection a second late
-#: (as node's inspector can, on a busy host).
-LATE_ACCEPT = (
+#: debugs, waiting on our tty and on the connection at once; the helper takes the connection ``{late}`` seconds
+#: late (as node's inspector can, on a busy host), listening on ``{server}``.
+HELPER_OVER_TCP = (
     f"{sys.executable} -c \"import os, select, socket, time\n"
-    "server = socket.create_server(('127.0.0.1', 0))\n"
+    "server = socket.create_server({server})\n"
     "if os.fork() == 0:\n"
-    "    time.sleep(1); connection = server.accept()[0]\n"
+    "    time.sleep({late}); connection = server.accept()[0]\n"
     "    while data := connection.recv(1024): connection.sendall(b'seen-' + data)\n"
     "    os._exit(0)\n"
-    "helper = socket.create_connection(server.getsockname()); os.write(1, b'ask> ')\n"
+    "helper = socket.create_connection(('127.0.0.1', server.getsockname()[1])); os.write(1, b'ask> ')\n"
     "while True:\n"
     "    for fd in select.select([0, helper], [], [])[0]:\n"
     "        if fd == 0: helper.sendall(os.read(0, 1024))\n"
     "        else: os.write(1, helper.recv(1024) + b'ask> ')\"")
 
 
-def test_a_connection_to_a_member_not_yet_taken_is_not_taken_for_another_host(manager, agent, shell):
+@pytest.mark.parametrize("server,late", [("('127.0.0.1', 0)", 1), ("('::', 0), family=socket.AF_INET6, "
+                                                                 "dualstack_ipv6=True", 0)],
+                         ids=["taken-late", "ipv4-to-a-dual-stack-listener"])
+def test_a_connection_to_a_member_is_not_taken_for_one_to_another_host(manager, agent, shell, server, late):
     """A connection whose other end waits in its listener's queue, not yet taken by the member that will take
     it, shows no file at that end: it was taken for a connection to another host (``ssh``), for good, and every
     later send to ``node inspect`` - whose inspector had taken the connection late - ended on the idle
     window.  (About one run in fifty of the ``node inspect`` test on a busy host; here every time.)  Until it
-    is taken the wait is no prompt; then it is."""
-    r = send(manager, agent, shell, LATE_ACCEPT, idle=3.0, timeout=30)
+    is taken the wait is no prompt; then it is.  A connection from ``127.0.0.1`` to a dual-stack listener (node's
+    and Python's servers listen so) has its other end in the IPv6 table, as ``::ffff:127.0.0.1``: it was not
+    found, and taken for one to another host too (node's REPL after a ``fetch`` of its own server)."""
+    r = send(manager, agent, shell, HELPER_OVER_TCP.format(server=server, late=late), idle=3.0, timeout=30)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("ask> "), r
     for _ in range(5):
         r = send(manager, agent, shell, "hello", idle=3.0, timeout=30)
