@@ -113,6 +113,9 @@ INTERRUPT_GRACE = 5.0
 #: once the shell is seen reading again (seconds): a program that replaced the shell (``exec``) draws none.
 PROMPT_AFTER_INTERRUPT = 0.5
 ENTER = b"\r"
+#: How many of the newest lines of a send's output are looked at for the program's prompt (see
+#: :meth:`SendOperation._back_at_its_prompt`).
+PROMPT_LINES_LOOKED = 100
 #: The key that clears the line being typed: the terminal's line kill in line mode, a line editor's (readline's
 #: unix-line-discard, in its emacs and vi insert modes alike) otherwise.
 KILL_LINE = b"\x15"
@@ -255,6 +258,9 @@ class SendOperation:
         #: The line the result's viewport starts at: the cursor's (a program may have left it on a line it
         #: climbed back to); read_output streams only lines finished after the start.
         self.start_line = session.scrollback.cursor_line
+        #: The program's prompt (node's ``> ``) with the foreground group that showed it: the line the cursor was
+        #: past text on as the send began, or as the last send that began so did (see :meth:`_back_at_its_prompt`).
+        session.last_prompt = self._prompt_at_start = session.prompt_shown() or session.last_prompt
         self.raw_offset = session.raw.total
         self.started = time.monotonic()
         self.deadline = self.started + request.timeout
@@ -906,7 +912,22 @@ class SendOperation:
         hidden cursor under it (every send to an idle Ink app ended on the idle window)."""
         session = self.session
         return not session.screen.full_screen and session.scrollback.cursor_column == 0 \
-            and not session.screen.cursor_hidden and not session.reads_lines()
+            and not session.screen.cursor_hidden and not session.reads_lines() and not self._back_at_its_prompt()
+
+    def _back_at_its_prompt(self) -> bool:
+        """Whether the program's prompt (see :attr:`_prompt_at_start`; the program that showed it still has the
+        terminal) starts one of the lines finished since the line our text went on (of the last
+        :data:`PROMPT_LINES_LOOKED`): it went back to its prompt, and the line start the cursor is at is output of
+        its own that came after - a callback's (node's ``listen`` printing ``listening on 3000``, a
+        ``fetch(...).then(console.log)``), which node's REPL does not draw its prompt again under.  Every such send
+        ended on the idle window."""
+        group, prompt = self._prompt_at_start
+        if not prompt.strip() or group != self.session.foreground_pgid():
+            return False  # (the shell's prompt is no prompt of the command it ran: yarn prints "$ vite")
+        scrollback = self.session.scrollback
+        first = max(self.start_line + 1, scrollback.completed_lines - PROMPT_LINES_LOOKED + 1)
+        lines, _, _ = scrollback.completed_since(first)
+        return any(line.startswith(prompt) for line in lines)
 
     def _exit_code_now(self) -> int | None:
         """The exit code our shell reported during this send, while the shell still has the terminal: once it

@@ -108,6 +108,10 @@ class Session:
         #: The raw output count when the last send ended: its sender was shown the output up to there (a result,
         #: a job's output), so a viewer following up picks up after it.
         self.last_send_end = 0
+        #: The program's prompt as the last send that began at one saw it, the cursor past it (node's ``> ``),
+        #: with the terminal's foreground group then: also for a send that begins with the cursor at a line start
+        #: (see ``SendOperation._back_at_its_prompt``).
+        self.last_prompt: tuple[int, str] = (0, "")
         self.last_output = 0.0
         #: How many times the session has answered a terminal query.
         self.replies_written = 0
@@ -576,6 +580,14 @@ class Session:
         if self.held_answers:
             self._look_for_reader_soon(MIN_TICK)
         self.listeners()
+
+    def prompt_shown(self) -> tuple[int, str] | None:
+        """The terminal's foreground group and the line the cursor is on, when it is past text on the unfinished
+        last line of the main screen (a program's prompt, while it waits there); else None."""
+        scrollback = self.scrollback
+        shown = scrollback.cursor_column > 0 and scrollback.cursor_line > scrollback.completed_lines \
+            and not self.screen.full_screen
+        return (self.foreground_pgid(), scrollback.partial_line) if shown else None
 
     # -- size, recording -------------------------------------------------------------------
     def resize(self, rows: int, cols: int) -> None:

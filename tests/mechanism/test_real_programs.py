@@ -547,6 +547,32 @@ def test_node_awaiting_a_promise_is_not_at_its_prompt(term):
     shell_gets_the_next_command(term)
 
 
+@needs["node"]
+def test_node_is_at_its_prompt_after_a_callback_printed_under_it(term):
+    """node's REPL does not draw its prompt again under what a callback prints after it (``listen``'s, a
+    ``then(console.log)``): it waits for keys with the cursor at the start of a line and its next timer as the
+    timeout, as while it awaits a promise - every such send ended on the idle window, with the right output, as
+    ``inferred_idle``.  The prompt it showed as the send began starts a line since: it went back to it.  Awaited
+    code that prints is still awaited."""
+    r, elapsed = term("node")
+    prompt(r, elapsed, "> ")
+    r, _ = term("const srv = require('http').createServer((q, s) => s.end('hi-' + 6*7))"
+                ".listen(0, () => console.log('listening')); 1", idle=10)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("> listening\n"), r.viewport[-300:]
+    r, _ = term("fetch('http://127.0.0.1:' + srv.address().port).then(r => r.text()).then(t => console.log(t)); 2",
+                idle=10)
+    assert r.wait_reason == "stdin_read", r.viewport[-300:]
+    wait_for(lambda: "hi-42" in term.read())
+    r, _ = term("await (async () => { console.log('step'); await new Promise(r => setTimeout(r, 800)); })(); 'after'",
+                idle=10)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("step\n'after'\n> "), r.viewport[-300:]
+    r, _ = term("srv.close(); 6*7")
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("42\n> "), r.viewport[-300:]
+    term(".exit")
+    wait_for(lambda: term("", submit=False)[0].viewport.endswith("$ "))
+    shell_gets_the_next_command(term)
+
+
 def test_a_timed_poll_of_the_terminal_at_the_start_of_a_line_is_not_a_prompt(term):
     """The same in any program that has taken the keys: its timed wait on the terminal counts as a prompt
     only with the cursor past the start of its line (node's ``> ``, IPython's ``In [2]: ``).  A line-mode
