@@ -262,10 +262,10 @@ def test_a_connection_to_a_member_is_not_taken_for_one_to_another_host(manager, 
     is taken the wait is no prompt; then it is.  A connection from ``127.0.0.1`` to a dual-stack listener (node's
     and Python's servers listen so) has its other end in the IPv6 table, as ``::ffff:127.0.0.1``: it was not
     found, and taken for one to another host too (node's REPL after a ``fetch`` of its own server)."""
-    r = send(manager, agent, shell, HELPER_OVER_TCP.format(server=server, late=late), idle=3.0, timeout=30)
+    r = send(manager, agent, shell, HELPER_OVER_TCP.format(server=server, late=late), idle=10.0, timeout=30)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("ask> "), r
     for _ in range(5):
-        r = send(manager, agent, shell, "hello", idle=3.0, timeout=30)
+        r = send(manager, agent, shell, "hello", idle=10.0, timeout=30)
         assert r.wait_reason == "stdin_read" and r.viewport.endswith("seen-hello\nask> "), r
     manager.sync.signal(agent, shell, "SIGINT")
     r = send(manager, agent, shell, "echo back-$((6*7))", timeout=30)
