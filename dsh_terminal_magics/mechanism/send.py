@@ -258,9 +258,8 @@ class SendOperation:
         #: The line the result's viewport starts at: the cursor's (a program may have left it on a line it
         #: climbed back to); read_output streams only lines finished after the start.
         self.start_line = session.scrollback.cursor_line
-        #: The program's prompt (node's ``> ``) with the foreground group that showed it: the line the cursor was
-        #: past text on as the send began, or as the last send that began so did (see :meth:`_back_at_its_prompt`).
-        session.last_prompt = self._prompt_at_start = session.prompt_shown() or session.last_prompt
+        # (the program's prompt as this send begins, if it shows one: see _back_at_its_prompt)
+        session.last_prompt = session.prompt_shown() or session.last_prompt
         self.raw_offset = session.raw.total
         self.started = time.monotonic()
         self.deadline = self.started + request.timeout
@@ -915,13 +914,14 @@ class SendOperation:
             and not session.screen.cursor_hidden and not session.reads_lines() and not self._back_at_its_prompt()
 
     def _back_at_its_prompt(self) -> bool:
-        """Whether the program's prompt (see :attr:`_prompt_at_start`; the program that showed it still has the
-        terminal) starts one of the lines finished since the line our text went on (of the last
+        """Whether the program's prompt (:attr:`Session.last_prompt`, as this send began: the line the cursor was
+        past text on, or as the last send that began so did; the program that showed it still has the terminal)
+        starts one of the lines finished since the line our text went on (of the last
         :data:`PROMPT_LINES_LOOKED`): it went back to its prompt, and the line start the cursor is at is output of
         its own that came after - a callback's (node's ``listen`` printing ``listening on 3000``, a
         ``fetch(...).then(console.log)``), which node's REPL does not draw its prompt again under.  Every such send
         ended on the idle window."""
-        group, prompt = self._prompt_at_start
+        group, prompt = self.session.last_prompt  # (sends hold the session in turn: set as this one began)
         if not prompt.strip() or group != self.session.foreground_pgid():
             return False  # (the shell's prompt is no prompt of the command it ran: yarn prints "$ vite")
         scrollback = self.session.scrollback
