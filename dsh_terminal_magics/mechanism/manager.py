@@ -33,7 +33,7 @@ from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
 from .event_loop import EventLoopThread, LoopProxy
 from .fork_server import ForkServer
 from .keys import encode_keys
-from .process_tree import SESSION_TOKEN_ENV, end_trees, off_the_loop
+from .process_tree import SESSION_TOKEN_ENV, end_trees, off_the_loop, until_reaped
 from .pty_child import spawn_off_loop
 from ..asciicast import CastRecorder, open_recording
 from .sandbox import Sandbox
@@ -53,6 +53,8 @@ class Page:
     truncated: bool
 
 _PROCESS_TOKEN = secrets.token_hex(8)
+#: Longest a close waits, once the tree has ended, for the process the session started to be reaped (seconds).
+REAP_WAIT = 2.0
 
 
 def _new_process_token() -> None:
@@ -411,6 +413,12 @@ async def close_sessions(sessions: builtins.list[Session]) -> None:
     grace = max((s.options.close_grace for s in sessions), default=0.0)
     if trees:
         await end_trees(trees, grace)
+        # The process each session started is a zombie now, until its parent reaps it: we at once; the fork
+        # server when it next runs - on a busy host close returned with it still there.
+        for session, _ in ending:
+            if session.child is not None:
+                session.child.reap()
+        await until_reaped([tree.leader for tree in trees], REAP_WAIT)
     for session, tree in ending:
         session.left_running = tree.out_of_reach_alive()
     for session in sessions:

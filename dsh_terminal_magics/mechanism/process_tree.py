@@ -460,6 +460,18 @@ def is_alive(ident: ProcessId) -> bool:
     return stat is not None and stat.start_time == ident.start_time and not stat.gone
 
 
+async def until_reaped(idents: Iterable[ProcessId], seconds: float, poll: float = 0.001) -> None:
+    """Wait (at most ``seconds``) until each of ``idents`` has ended and been reaped: gone from ``/proc``, not a
+    zombie any more."""
+    deadline = time.monotonic() + seconds
+    waiting = list(idents)
+    while waiting := [ident for ident in waiting
+                      if (stat := read_stat(ident.pid)) is not None and stat.start_time == ident.start_time]:
+        if time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(poll)
+
+
 def send_signal(ident: ProcessId, sig: int, refused: set[ProcessId] | None = None) -> bool:
     """Signal ``ident`` only if its pid still names the same process; one we may not signal (another user's)
     is added to ``refused``."""
