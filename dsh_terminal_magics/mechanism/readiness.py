@@ -163,6 +163,18 @@ class Fence:
     pgid: int = 0
 
 
+@dataclass(slots=True)
+class _Look:
+    """What looks at one thread's wait saw: its state (``key``: the syscall line and scheduler stats), when
+    first seen in it (``since``), when last looked at (``last``), and when last looked at before, in another
+    state (``before``; None: never)."""
+
+    key: str
+    since: float
+    before: float | None
+    last: float = 0.0
+
+
 class ReadinessProbe:
     """Answers "is the foreground program blocked reading this tty?" for one session."""
 
@@ -261,8 +273,8 @@ class ReadinessProbe:
         self._last_sample: tuple[int, dict[tuple[int, int], bytes]] | None = None
         #: The last sample whose verdict was "waiting": it looked at every thread of the group.
         self._ready_sample: tuple[int, dict[tuple[int, int], bytes]] | None = None
-        #: Relative sleeps seen: (pid, tid) -> (the syscall line and scheduler stats, when first seen so).
-        self._sleeps_seen: dict[tuple[int, int], tuple[str, float]] = {}
+        #: What the last looks at watched threads' waits saw: (pid, tid) -> :class:`_Look`.
+        self._looks: dict[tuple[int, int], _Look] = {}
         #: The last :meth:`sleep_ends` answer and the check it was read after (nothing ran since: reuse it).
         self._sleep_answer: tuple[object, float | None] | None = None
         #: The group leader's stat as the current check first read it: (pgid, stat).
@@ -573,16 +585,21 @@ class ReadinessProbe:
         if self._sleep_answer is not None and self._sleep_answer[0] is last[1] and not self._prompters:
             return self._sleep_answer[1]  # no check since: nothing of the group has run
         watched = self._watched(last[1])
-        for gone in self._sleeps_seen.keys() - watched.keys():  # threads no longer seen
-            del self._sleeps_seen[gone]
-        self._sleep_answer = (last[1], self._first_wake(watched, now))
+        for gone in self._looks.keys() - watched.keys():  # threads no longer seen
+            del self._looks[gone]
+        wake = self._first_wake(watched, now)
+        self._sleep_answer = (last[1], wake[1] if wake is not None else None)
         return self._sleep_answer[1]
 
-    def pause_ends(self, now: float) -> float | None:
-        """When the first thread of the last check that pauses by itself wakes up (``time.monotonic()``
-        seconds), or None: a pause is a sleep (``nanosleep``, ``clock_nanosleep``: ``sleep 5``, ``time.sleep``)
-        or a ``select``/``poll`` on no fds at all (PAM's delay after a wrong password).  Such a thread waits
-        for nothing but time - not for us, not for the network - so its wake is when the program goes on."""
+    def pause_ends(self, now: float) -> tuple[float, float] | None:
+        """When the first thread of the last check that pauses by itself wakes up, as the earliest and the latest
+        it can be (``time.monotonic()`` seconds), or None: a pause is a sleep (``nanosleep``,
+        ``clock_nanosleep``: ``sleep 5``, ``time.sleep``) or a ``select``/``poll`` on no fds at all (PAM's delay
+        after a wrong password).  Such a thread waits for nothing but time - not for us, not for the network -
+        so its wake is when the program goes on.
+
+        An absolute deadline is exact.  A relative one began after the last look that saw the thread otherwise
+        and by the first that saw it so: on a busy host, or with the loop held up, the two lie apart."""
         last = self._last_sample
         if last is None or not _TIMED:
             return None
@@ -607,36 +624,46 @@ class ReadinessProbe:
         return watched
 
     def _first_wake(self, threads: Mapping[tuple[int, int], bytes | None], now: float,
-                    pauses_only: bool = False) -> float | None:
+                    pauses_only: bool = False) -> tuple[float, float] | None:
         """When the first of ``threads`` (with their scheduler stats) in a timed wait (only a pause:
-        ``pauses_only``) wakes, or None."""
-        ends = []
+        ``pauses_only``) wakes, at the earliest and at the latest (see :meth:`_sleep_end`), or None."""
+        earliest = latest = math.inf
         for (pid, tid), ran in threads.items():
             line = self._text(f"/proc/{pid}/task/{tid}/syscall")
             end = self._sleep_end(pid, tid, line, now, ran, pauses_only) if line else None
             if end is not None:
-                ends.append(end)
-        return min(ends) if ends else None
+                earliest, latest = min(earliest, end[0]), min(latest, end[1])
+        return (earliest, latest) if latest < math.inf else None
 
     def _sleep_end(self, pid: int, tid: int, line: str, now: float, ran: bytes | None,
-                   pauses_only: bool = False) -> float | None:
+                   pauses_only: bool = False) -> tuple[float, float] | None:
+        """When thread ``tid``'s timed wait (its syscall ``line``) ends, at the earliest and at the latest, or
+        None.  A relative wait is timed from the look before the first that saw it (it began after that one)
+        and from that first look (it had begun by then): the latest is never before its real end."""
+        # The same wait as before only if the thread has not run since (a loop of identical sleeps is new
+        # sleeps).
+        key = f"{line}|{ran!r}"
+        look = self._looks.get((pid, tid))
+        if look is None or look.key != key:
+            look = self._looks[(pid, tid)] = _Look(key, now, look.last if look is not None else None)
+        look.last = now
         call = _timed_call(line)
         if pauses_only and (call is None or not _pauses(*call)):
             return None
         timeout = self._timeout_of_call(pid, call)
         if timeout is None:
-            self._sleeps_seen.pop((pid, tid), None)
             return None
         clock, absolute, seconds = timeout
-        # The same wait as before only if the thread has not run since (a loop of identical sleeps is new
-        # sleeps).  Only long waits are watched: a program waking every few milliseconds is busy, and
-        # the tick serves it; an end already past is no prediction at all.
-        key = f"{line}|{ran!r}"
-        seen = self._sleeps_seen.get((pid, tid))
-        if seen is None or seen[0] != key:
-            seen = self._sleeps_seen[(pid, tid)] = (key, now)
-        end = _deadline(clock, seconds, now) if absolute else seen[1] + seconds
-        return end if end is not None and end > now and end - seen[1] >= MIN_WATCHED_SLEEP else None
+        if absolute:
+            end = _deadline(clock, seconds, now)
+            span = (end, end) if end is not None else None
+        else:
+            span = ((look.before if look.before is not None else look.since) + seconds, look.since + seconds)
+        # Only long waits are watched: a program waking every few milliseconds is busy, and the tick serves
+        # it; an end already past is no prediction at all.
+        if span is None or span[1] <= now or span[1] - look.since < MIN_WATCHED_SLEEP:
+            return None
+        return span
 
     # -- internals ---------------------------------------------------------
     def members_seen(self, pgid: int) -> list[int]:

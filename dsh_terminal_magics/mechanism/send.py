@@ -630,10 +630,10 @@ class SendOperation:
     def _idle_at(self, now: float) -> float:
         """When the idle window ends: ``idle`` seconds after the last output (or the write).  When it ends
         while the program pauses by itself (``sleep 5``; PAM's delay after a wrong password; see
-        :meth:`ReadinessProbe.pause_ends`) and wakes within one more window, before the deadline, the window
-        ends :data:`PAUSE_SETTLE` after the wake instead: what it does then is the send's answer, not a
-        guess at silence.  Once per quiet spell: a program that only pauses again (a silent loop of sleeps)
-        is idle after at most two windows."""
+        :meth:`ReadinessProbe.pause_ends`) and may wake within one more window, before the deadline, the window
+        ends :data:`PAUSE_SETTLE` after the wake instead (at the latest it can be, but no later than that one
+        more window): what the program does then is the send's answer, not a guess at silence.  Once per quiet
+        spell: a program that only pauses again (a silent loop of sleeps) is idle after at most two windows."""
         quiet_from = max(self.session.last_output, self._written_at)
         idle_at = quiet_from + self.request.idle
         if now < idle_at:
@@ -641,8 +641,10 @@ class SendOperation:
         if self._pause_for[0] != quiet_from:
             probe = self.session.probe
             wakes = probe.pause_ends(now) if probe is not None and probe.available else None
-            waited = wakes is not None and wakes <= idle_at + self.request.idle and wakes < self.deadline
-            self._pause_for = (quiet_from, wakes + PAUSE_SETTLE if waited and wakes is not None else idle_at)
+            one_more = idle_at + self.request.idle
+            waited = wakes is not None and wakes[0] <= one_more and wakes[0] < self.deadline
+            self._pause_for = (quiet_from, min(wakes[1], one_more) + PAUSE_SETTLE
+                               if waited and wakes is not None else idle_at)
         return self._pause_for[1]
 
     def _sleep(self, now: float, idle_at: float, nothing_ran: bool = False) -> None:
