@@ -591,7 +591,7 @@ class ReadinessProbe:
         self._sleep_answer = (last[1], wake[1] if wake is not None else None)
         return self._sleep_answer[1]
 
-    def pause_ends(self, now: float) -> tuple[float, float] | None:
+    def pause_ends(self, now: float, began_after: float) -> tuple[float, float] | None:
         """When the first thread of the last check that pauses by itself wakes up, as the earliest and the latest
         it can be (``time.monotonic()`` seconds), or None: a pause is a sleep (``nanosleep``,
         ``clock_nanosleep``: ``sleep 5``, ``time.sleep``) or a ``select``/``poll`` on no fds at all (PAM's delay
@@ -599,11 +599,14 @@ class ReadinessProbe:
         so its wake is when the program goes on.
 
         An absolute deadline is exact.  A relative one began after the last look that saw the thread otherwise
-        and by the first that saw it so: on a busy host, or with the loop held up, the two lie apart."""
+        and by the first that saw it so: on a busy host, or with the loop held up, the two lie apart.  It is not
+        taken to have begun before ``began_after`` (the send's write: a look from an earlier send says nothing of
+        what the program did since); a pause that did is timed as if it began then, which never makes it seem
+        nearer than it is."""
         last = self._last_sample
         if last is None or not _TIMED:
             return None
-        return self._first_wake(self._watched(last[1]), now, pauses_only=True)
+        return self._first_wake(self._watched(last[1]), now, pauses_only=True, began_after=began_after)
 
     def _watched(self, sample: dict[tuple[int, int], bytes]) -> Mapping[tuple[int, int], bytes | None]:
         """The threads whose timed waits are watched, each with its scheduler stats: those of ``sample`` (the
@@ -624,22 +627,23 @@ class ReadinessProbe:
         return watched
 
     def _first_wake(self, threads: Mapping[tuple[int, int], bytes | None], now: float,
-                    pauses_only: bool = False) -> tuple[float, float] | None:
+                    pauses_only: bool = False, began_after: float = -math.inf) -> tuple[float, float] | None:
         """When the first of ``threads`` (with their scheduler stats) in a timed wait (only a pause:
         ``pauses_only``) wakes, at the earliest and at the latest (see :meth:`_sleep_end`), or None."""
         earliest = latest = math.inf
         for (pid, tid), ran in threads.items():
             line = self._text(f"/proc/{pid}/task/{tid}/syscall")
-            end = self._sleep_end(pid, tid, line, now, ran, pauses_only) if line else None
+            end = self._sleep_end(pid, tid, line, now, ran, pauses_only, began_after) if line else None
             if end is not None:
                 earliest, latest = min(earliest, end[0]), min(latest, end[1])
         return (earliest, latest) if latest < math.inf else None
 
     def _sleep_end(self, pid: int, tid: int, line: str, now: float, ran: bytes | None,
-                   pauses_only: bool = False) -> tuple[float, float] | None:
+                   pauses_only: bool = False, began_after: float = -math.inf) -> tuple[float, float] | None:
         """When thread ``tid``'s timed wait (its syscall ``line``) ends, at the earliest and at the latest, or
-        None.  A relative wait is timed from the look before the first that saw it (it began after that one)
-        and from that first look (it had begun by then): the latest is never before its real end."""
+        None.  A relative wait is timed from the look before the first that saw it (it began after that one,
+        and after ``began_after``) and from that first look (it had begun by then): the latest is never before
+        its real end."""
         # The same wait as before only if the thread has not run since (a loop of identical sleeps is new
         # sleeps).
         key = f"{line}|{ran!r}"
@@ -658,7 +662,8 @@ class ReadinessProbe:
             end = _deadline(clock, seconds, now)
             span = (end, end) if end is not None else None
         else:
-            span = ((look.before if look.before is not None else look.since) + seconds, look.since + seconds)
+            began = min(max(look.before if look.before is not None else look.since, began_after), look.since)
+            span = (began + seconds, look.since + seconds)
         # Only long waits are watched: a program waking every few milliseconds is busy, and the tick serves
         # it; an end already past is no prediction at all.
         if span is None or span[1] <= now or span[1] - look.since < MIN_WATCHED_SLEEP:

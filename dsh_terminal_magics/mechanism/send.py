@@ -640,7 +640,7 @@ class SendOperation:
             return idle_at
         if self._pause_for[0] != quiet_from:
             probe = self.session.probe
-            wakes = probe.pause_ends(now) if probe is not None and probe.available else None
+            wakes = probe.pause_ends(now, self._written_at) if probe is not None and probe.available else None
             one_more = idle_at + self.request.idle
             waited = wakes is not None and wakes[0] <= one_more and wakes[0] < self.deadline
             self._pause_for = (quiet_from, min(wakes[1], one_more) + PAUSE_SETTLE

@@ -443,16 +443,21 @@ def test_a_pause_seen_late_is_timed_from_the_look_before(manager, agent, shell):
     """A relative pause was timed from the first look that saw it.  Seen late (a busy host, the loop held up),
     it seemed to end past the next window and was not waited for: the likely cause of the test above failing
     once in a CI run.  It is timed from the look before (it began after that one) and from the first that saw
-    it (it had begun by then).  The looks here come at instants the test picks, around a real prompter's wait."""
+    it (it had begun by then), and never from before the send's write.  The looks here come at instants the
+    test picks, around a real prompter's wait."""
     assert send(manager, agent, shell, PROMPTER_OUTSIDE, timeout=20).wait_reason == "stdin_read"
     session = manager.loop_thread.call(manager.session, agent, shell)
     probe, pid = session.probe, prompter_pid(session.pid)
-    before = time.monotonic()
-    assert manager.loop_thread.call(probe.pause_ends, before) is None  # (it reads the tty: no pause)
+    looked = time.monotonic() - 1  # the last look before the write: a second before it
+    assert manager.loop_thread.call(probe.pause_ends, looked, looked - 10) is None  # (it reads the tty)
+    written = time.monotonic()
     manager.loop_thread.call(session.write_now, b"wrong\n")
     wait_for(lambda: (call := _timed_call(open(f"/proc/{pid}/syscall").read())) is not None and _pauses(*call))
-    seen = before + 0.5  # the look that first sees the pause, put off
-    assert manager.loop_thread.call(probe.pause_ends, seen) == pytest.approx((before + 1.6, seen + 1.6), abs=1e-3)
+    seen = written + 0.5  # the look that first sees the pause, put off
+    ends = manager.loop_thread.call(probe.pause_ends, seen, looked - 10)  # (the send's write taken as long before)
+    assert ends == pytest.approx((looked + 1.6, seen + 1.6), abs=1e-3)
+    ends = manager.loop_thread.call(probe.pause_ends, seen + 0.1, written)  # (the write, after that look)
+    assert ends == pytest.approx((written + 1.6, seen + 1.6), abs=1e-3)
     assert send(manager, agent, shell, "", timeout=20).viewport.endswith("$ ")
 
 
