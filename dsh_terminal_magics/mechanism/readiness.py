@@ -82,6 +82,8 @@ _TIMEOUT_ARG = {"poll": (2, "ms"), "ppoll": (2, "ts"), "select": (4, "tv"), "pse
                 "epoll_wait": (3, "ms"), "epoll_pwait": (3, "ms"), "epoll_pwait2": (3, "ts")}
 _CLOCK_REALTIME, _CLOCK_MONOTONIC, _TIMER_ABSTIME = 0, 1, 1
 _FUTEX_WAIT, _FUTEX_WAIT_BITSET, _FUTEX_CMD_MASK, _FUTEX_CLOCK_REALTIME = 0, 9, 0x7F, 0x100
+#: The clock ticks a second of ``/proc/PID/stat``'s start time counts.
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: Sleeps shorter than this (seconds, from when first seen) are left to the tick.
 MIN_WATCHED_SLEEP = 0.05
 #: A thread's entry in a check's sample when the look did not find it settled: equal to no read.
@@ -662,13 +664,22 @@ class ReadinessProbe:
             end = _deadline(clock, seconds, now)
             span = (end, end) if end is not None else None
         else:
-            began = min(max(look.before if look.before is not None else look.since, began_after), look.since)
+            after = look.before if look.before is not None or not pauses_only else self._thread_started(pid, tid)
+            began = min(max(after if after is not None else look.since, began_after), look.since)
             span = (began + seconds, look.since + seconds)
         # Only long waits are watched: a program waking every few milliseconds is busy, and the tick serves
         # it; an end already past is no prediction at all.
         if span is None or span[1] <= now or span[1] - look.since < MIN_WATCHED_SLEEP:
             return None
         return span
+
+    def _thread_started(self, pid: int, tid: int) -> float | None:
+        """When thread ``tid`` started (``time.monotonic()`` seconds, rounded down to the clock tick the kernel
+        counts in), or None: a wait of a thread never looked at before began after that."""
+        stat = self._stat(pid, tid)
+        if stat is None:
+            return None
+        return stat.start_time / _CLOCK_TICKS - (time.clock_gettime(time.CLOCK_BOOTTIME) - time.monotonic())
 
     # -- internals ---------------------------------------------------------
     def members_seen(self, pgid: int) -> list[int]:

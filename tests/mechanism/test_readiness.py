@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -452,13 +453,37 @@ def test_a_pause_seen_late_is_timed_from_the_look_before(manager, agent, shell):
     assert manager.loop_thread.call(probe.pause_ends, looked, looked - 10) is None  # (it reads the tty)
     written = time.monotonic()
     manager.loop_thread.call(session.write_now, b"wrong\n")
-    wait_for(lambda: (call := _timed_call(open(f"/proc/{pid}/syscall").read())) is not None and _pauses(*call))
+    wait_for(lambda: (call := _timed_call(syscall_of(pid))) is not None and _pauses(*call))
     seen = written + 0.5  # the look that first sees the pause, put off
     ends = manager.loop_thread.call(probe.pause_ends, seen, looked - 10)  # (the send's write taken as long before)
     assert ends == pytest.approx((looked + 1.6, seen + 1.6), abs=1e-3)
     ends = manager.loop_thread.call(probe.pause_ends, seen + 0.1, written)  # (the write, after that look)
     assert ends == pytest.approx((written + 1.6, seen + 1.6), abs=1e-3)
     assert send(manager, agent, shell, "", timeout=20).viewport.endswith("$ ")
+
+
+def test_a_pause_of_a_thread_never_looked_at_is_timed_from_its_start(manager, agent, shell):
+    """A thread no look saw before (the ``sleep 1.5`` of the command sent) began its pause after it started:
+    seen late, its pause is timed from the thread's start, read from ``/proc`` in the kernel's clock ticks."""
+    probe = manager.loop_thread.call(manager.session, agent, shell).probe
+    before = time.monotonic()
+    sleeper = subprocess.Popen(["sleep", "3"])
+    try:
+        wait_for(lambda: (call := _timed_call(syscall_of(sleeper.pid))) is not None and _pauses(*call))
+        started = manager.loop_thread.call(probe._thread_started, sleeper.pid, sleeper.pid)
+        assert before - 0.02 <= started <= time.monotonic(), (before, started)
+        seen = time.monotonic() + 0.5  # the first look, put off
+        ends = manager.loop_thread.call(probe._sleep_end, sleeper.pid, sleeper.pid, syscall_of(sleeper.pid), seen,
+                                        None, True)
+        assert ends == pytest.approx((started + 3, seen + 3), abs=1e-3)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def syscall_of(pid: int) -> str:
+    with open(f"/proc/{pid}/syscall") as f:
+        return f.read()
 
 
 def test_a_pause_is_waited_for_once_per_quiet_spell_and_only_when_near(manager, agent, shell):
