@@ -171,7 +171,7 @@ class _Look:
     first seen in it (``since``), when last looked at (``last``), and when last looked at before, in another
     state (``before``; None: never)."""
 
-    key: str
+    key: tuple[str, bytes | None]
     since: float
     before: float | None
     last: float = 0.0
@@ -648,7 +648,7 @@ class ReadinessProbe:
         its real end."""
         # The same wait as before only if the thread has not run since (a loop of identical sleeps is new
         # sleeps).
-        key = f"{line}|{ran!r}"
+        key = (line, ran)
         look = self._looks.get((pid, tid))
         if look is None or look.key != key:
             look = self._looks[(pid, tid)] = _Look(key, now, look.last if look is not None else None)
@@ -664,8 +664,10 @@ class ReadinessProbe:
             end = _deadline(clock, seconds, now)
             span = (end, end) if end is not None else None
         else:
-            after = look.before if look.before is not None or not pauses_only else self._thread_started(pid, tid)
-            began = min(max(after if after is not None else look.since, began_after), look.since)
+            began = look.since
+            if pauses_only:  # (only a pause's earliest end is asked for: see pause_ends)
+                after = look.before if look.before is not None else self._thread_started(pid, tid)
+                began = min(max(after if after is not None else began, began_after), began)
             span = (began + seconds, look.since + seconds)
         # Only long waits are watched: a program waking every few milliseconds is busy, and the tick serves
         # it; an end already past is no prediction at all.
