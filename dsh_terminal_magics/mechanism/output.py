@@ -266,6 +266,22 @@ def _collect_events(text: str, events: TerminalEvents) -> None:
                 events.alternate_screen = flag == "h"
 
 
+def _has_line_longer(text: str, first_extra: int, limit: int) -> bool:
+    """Whether a line ``text`` finishes (one its LFs end; the first ``first_extra`` characters longer: the
+    unfinished line it ends) is longer than ``limit`` characters.  A search for the LF at most ``limit`` on, a
+    stride at a time: measuring every line was a pass over them as Python objects.  ``text`` holds an LF."""
+    first, end = text.find("\n"), text.rfind("\n")
+    if first_extra + first > limit:
+        return True
+    start = first + 1
+    while end - start > limit:
+        found = text.rfind("\n", start, start + limit + 1)
+        if found < 0:
+            return True
+        start = found + 1
+    return False
+
+
 def _compact_partial(raw: str) -> str:
     """Drop what a later CR has already overwritten in an unfinished line."""
     cut = raw.rfind("\r", 0, len(raw) - 1)
@@ -441,19 +457,22 @@ class ScrollbackBuffer:
         tail = pieces.pop()
         pieces[0] = head
         marked = has_marks(text) or has_marks(head)
+        chars = -1  # (the lines' characters, when they are the pieces as split: see _extend)
         if (marked or "\r" in text or "\b" in text or "\r" in head or "\b" in head
-                or max(map(len, pieces)) > self.max_line_chars):
+                or _has_line_longer(text, len(self._partial), self.max_line_chars)):
             lines = [self._finish(p) if ("\r" in p or "\b" in p or len(p) > self.max_line_chars
                                          or (marked and has_marks(p))) else p
                      for p in pieces]
         else:  # the common case, decided for the whole chunk at C speed
             lines = pieces
+            chars = len(self._partial) + len(text) - len(tail) - len(lines)  # (less one LF a line)
         if self._partial_cut:
             lines[0] = lines[0][: self.max_line_chars] + self.LINE_CUT_MARKER
+            chars = -1
         self._partial = ""
         self._partial_cut = False
         self._set_partial(tail)
-        self._extend(lines)
+        self._extend(lines, chars)
 
     def _finish(self, raw: str) -> str:
         line = render_line(raw[: 4 * self.max_line_chars], self.columns)  # (a longer line is cut anyway)
@@ -472,7 +491,8 @@ class ScrollbackBuffer:
             raw = compact_line(raw, wrap=self.columns)
         self._partial = raw
 
-    def _extend(self, new: list[str]) -> None:
+    def _extend(self, new: list[str], chars: int = -1) -> None:
+        """Add finished lines (``chars``: their characters, when known; -1: count them)."""
         lines = self._lines
         excess = len(lines) + len(new) - self.max_lines
         if excess > 0:  # the bounded deque drops these itself, at C speed; account for them first
@@ -483,7 +503,7 @@ class ScrollbackBuffer:
             self._chars -= dropped
             self._first += excess
         lines.extend(new)
-        self._chars += sum(map(len, new))
+        self._chars += chars if chars >= 0 else sum(map(len, new))
         if self._chars > self.max_chars:
             self._evict_chars()
 

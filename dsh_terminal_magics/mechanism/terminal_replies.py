@@ -152,8 +152,10 @@ class TerminalReplies:
 
     def scan(self, data: bytes, offset: int) -> bytes:
         """The replies to the queries in ``data`` (which starts at absolute raw offset ``offset``)."""
-        if not self._carry and (data.count(b"\x1b") == data.count(b"\x1b]133;D") or only_inert_escapes(data)):
-            return b""  # no escape, only a shell's exit-code markers, or only others that ask nothing
+        if not self._carry and (b"\x1b" not in data or data.count(b"\x1b") == data.count(b"\x1b]133;D")
+                                or only_inert_escapes(data)):
+            return b""  # no escape (a one-byte search first: counting is slower), only a shell's exit-code
+            # markers, or only others that ask nothing
         text = self._carry + data
         base = offset - len(self._carry)
         self._carry = b""

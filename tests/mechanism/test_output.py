@@ -73,6 +73,25 @@ def test_long_line_is_cut_and_marked():
     assert first.endswith(ScrollbackBuffer.LINE_CUT_MARKER) and len(first) < 1100
 
 
+@given(st.lists(st.text(alphabet="ab\n", max_size=40), max_size=25), st.integers(1, 12), st.integers(1, 30),
+       st.integers(8, 200))
+def test_plain_lines_kept_match_a_line_by_line_reference(chunks, max_line_chars, max_lines, max_chars):
+    """Lines of plain text in chunks of any size: each longer than ``max_line_chars`` cut and marked, the
+    newest kept within both bounds, and the characters counted (which evicts by ``max_chars``) their sum.  The
+    chunk-wide checks (a long line found by a stride of searches, the characters counted from the chunk's
+    length) agree with measuring line by line."""
+    sb = ScrollbackBuffer(max_lines=max_lines, max_chars=max_chars, max_line_chars=max_line_chars)
+    for chunk in chunks:
+        sb.append(chunk)
+    *finished, _unfinished = "".join(chunks).split("\n")
+    cut = [line if len(line) <= max_line_chars else line[:max_line_chars] + sb.LINE_CUT_MARKER
+           for line in finished]
+    kept = list(sb.iter_lines(sb.first_line, sb.completed_lines)) if sb.completed_lines else []
+    assert sb.completed_lines == len(cut)
+    assert kept == cut[len(cut) - len(kept):] and len(kept) <= max_lines
+    assert sb._chars == sum(map(len, kept)) <= max_chars or len(kept) <= 1
+
+
 def test_completed_since_never_repeats():
     sb = ScrollbackBuffer()
     sb.append("a\nb\npartial")
