@@ -267,9 +267,10 @@ def _collect_events(text: str, events: TerminalEvents) -> None:
 
 
 def _has_line_longer(text: str, first_extra: int, limit: int) -> bool:
-    """Whether a line ``text`` finishes (one its LFs end; the first ``first_extra`` characters longer: the
-    unfinished line it ends) is longer than ``limit`` characters.  A search for the LF at most ``limit`` on, a
-    stride at a time: measuring every line was a pass over them as Python objects.  ``text`` holds an LF."""
+    """Whether a line that one of the LFs in ``text`` ends is longer than ``limit`` characters (the first one
+    ``first_extra`` characters longer: it finishes the unfinished line before ``text``).  It searches for an LF
+    at most ``limit`` characters on, one stride at a time: measuring every line was a pass over them as Python
+    objects.  ``text`` holds an LF."""
     first, end = text.find("\n"), text.rfind("\n")
     if first_extra + first > limit:
         return True
