@@ -9,6 +9,7 @@ cannot ask for a 100000000-column screen.
 from __future__ import annotations
 
 import codecs
+import errno
 import json
 import os
 import queue
@@ -131,7 +132,6 @@ class CastRecorder:
         except queue.Full:  # the writer is stuck (a FIFO nobody reads): abandon the rest
             pass
 
-
     def wait_written(self, timeout: float) -> bool:
         """Wait (up to ``timeout`` seconds, off the loop) until the file is complete; False if it is not."""
         self._writer.join(timeout)
@@ -158,7 +158,7 @@ def open_recording(path: str, rows: int, cols: int, title: str = "", confine_to:
     try:
         fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        raise InvalidArgumentError(f"cannot record to {where!r}: {exc.strerror}") from None
+        raise InvalidArgumentError(f"cannot record to {where!r}: {_why_not(exc, 'record to')}") from None
     os.set_blocking(fd, True)
     return CastRecorder(fd, where, rows, cols, title)
 
@@ -186,7 +186,8 @@ def _open_confined(path: str, root: str) -> tuple[int, str]:
             raise InvalidArgumentError(f"cannot record to {shown(path, 200)}: something already exists there "
                                        "(recordings are new files only); pick a new name") from None
         except OSError as exc:
-            raise InvalidArgumentError(f"cannot record to {shown(path, 200)}: {exc.strerror}") from None
+            raise InvalidArgumentError(f"cannot record to {shown(path, 200)}: {_why_not(exc, 'record to')}"
+                                       ) from None
         return fd, os.path.join(root, *parts)
     finally:
         os.close(directory)
@@ -202,6 +203,27 @@ def _open_recordings_directory(root: str) -> int:
         why = "it is a symlink, which is not followed" if os.path.islink(root) else exc.strerror
         raise InvalidArgumentError(f"cannot record into the recordings directory {root}: {why}; make it a "
                                    "directory (or set recordDir to one)") from None
+
+
+#: What an open or a read that failed with these errors means for a recording's path, said plainly.
+_REASONS = {
+    errno.ENXIO: "it is a FIFO no process is reading (a recording is not made to wait for one)",
+    errno.EISDIR: "it is a directory, not a file",
+    errno.ENOENT: "no such file or directory",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "no space is left on the device",
+}
+
+
+def _why_not(exc: OSError, action: str) -> str:
+    """Why an open or read of a recording's path failed, and what to do: the error said plainly, then the
+    way out (``action``: ``"record to"`` or ``"replay"``)."""
+    reason = _REASONS.get(exc.errno or 0, exc.strerror or str(exc))
+    if action == "replay":
+        return f"{reason}; pass the path of a .cast file (one %term_record made)"
+    return f"{reason}; pick a regular file's path in a directory you can write, e.g. 'demo.cast'"
 
 
 def _unreadable_recording(found: os.stat_result) -> str | None:
@@ -220,7 +242,7 @@ def read_cast(path: str) -> tuple[dict, list[tuple[float, str, str]]]:
     try:
         fd = os.open(absolute_path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise InvalidArgumentError(f"cannot read recording {shown(path)}: {exc.strerror}") from None
+        raise InvalidArgumentError(f"cannot read recording {shown(path)}: {_why_not(exc, 'replay')}") from None
     if problem := _unreadable_recording(os.fstat(fd)):
         os.close(fd)
         raise InvalidArgumentError(f"cannot read recording {shown(path)}: {problem}; pass a .cast file's path")
@@ -228,7 +250,8 @@ def read_cast(path: str) -> tuple[dict, list[tuple[float, str, str]]]:
         try:
             lines = [line for line in f if line.strip()]
         except OSError as exc:
-            raise InvalidArgumentError(f"cannot read recording {shown(path)}: {exc.strerror}") from None
+            raise InvalidArgumentError(f"cannot read recording {shown(path)}: {_why_not(exc, 'replay')}"
+                                       ) from None
     try:
         header = json.loads(lines[0])
         events = [(float(t), str(k), str(d)) for t, k, d in (json.loads(line) for line in lines[1:])]
