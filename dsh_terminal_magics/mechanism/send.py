@@ -90,6 +90,10 @@ TIMED_WAIT_SETTLE = 1.5
 #: again, as a person sees a program act on a key before pressing the next (seconds; see
 #: :meth:`Session.start_send`, :meth:`Session.input_taken`): a program that does not gets the rest then.
 KEY_EVENT_WAIT = 0.5
+#: Longest a line of a multi-line text sent to the shell or REPL at its prompt waits for whoever read the one
+#: before - the shell, or the program that line started - to wait for input again (seconds; see
+#: :meth:`Session.start_send`): a command that runs on without reading gets the rest typed ahead then.
+LINE_WAIT = 1.5
 #: Added to a timer's due time before the wait is looked at again (see :meth:`SendOperation._timer_due_first`).
 TIMER_MARGIN = 0.002
 #: A full-screen program's timed wait on the terminal this short must be outlasted once, with no new output,
@@ -185,6 +189,12 @@ class SendRequest:
             end -= len(code)
         return ([payload[:end]] if end else []) + events
 
+    @staticmethod
+    def line_events(payload: bytes) -> list[bytes]:
+        """A typed-ahead ``payload`` (see :meth:`types_ahead`) cut after each line feed: one piece a line."""
+        lines = payload.split(LINE_FEED)
+        return [line + LINE_FEED for line in lines[:-1]] + ([lines[-1]] if lines[-1] else [])
+
     def check_lines_fit_line_mode(self) -> None:
         """Raise when a line of the text is longer than a line-mode reader can take (the kernel would drop
         the rest of it as it arrives, and the send would end as if all went in)."""
@@ -200,11 +210,11 @@ class SendRequest:
                     "decode it), or write the data to a file another way; nothing was sent")
 
     def types_ahead(self) -> bool:
-        """Whether the text holds several lines, the later ones typed ahead for whoever reads next (the
-        command the first line starts: ``read v⏎answer``).  They end with a line feed, as the lines inside
-        the text do: a CR typed ahead while a line editor has the terminal raw stays a CR, and a line-mode
-        reader taking over never sees its line end (``answer`` was lost).  Line editors take a line feed
-        as Enter too."""
+        """Whether the text holds several lines, the later ones for whoever reads next (the command the first
+        line starts: ``read v⏎answer``; see :meth:`Session._typed_line_by_line`).  They end with a line feed,
+        as the lines inside the text do: a CR typed ahead while a line editor has the terminal raw stays a CR,
+        and a line-mode reader taking over never sees its line end (``answer`` was lost).  Line editors take
+        a line feed as Enter too."""
         return "\n" in self.text and not self.keys
 
     def wants_paste(self) -> bool:
@@ -412,10 +422,12 @@ class SendOperation:
         return text
 
     # -- the send, on the loop -----------------------------------------------------------
-    def start(self, fence: Fence, written: int, later: Sequence[bytes] = (), to_command: bool = False) -> None:
+    def start(self, fence: Fence, written: int, later: Sequence[bytes] = (), to_command: bool = False,
+              piece_wait: float = KEY_EVENT_WAIT) -> None:
         """Write the rest of the payload (its first ``written`` bytes are in; ``later``: its last pieces, each
-        written once the program has read what came before), then wait.  ``to_command``: the session's shell
-        (or REPL) was not at its prompt - the text is for the command it runs (see :meth:`prompt_seen`).
+        written once the program has read what came before and waits for input again, or ``piece_wait``
+        seconds after the one before), then wait.  ``to_command``: the session's shell (or REPL) was not at
+        its prompt - the text is for the command it runs (see :meth:`prompt_seen`).
 
         ``fence`` was taken just before the first write; the session replaces it (:attr:`fence`) whenever
         it writes the program more input of its own (answers to terminal queries).  The wait is driven by
@@ -431,20 +443,20 @@ class SendOperation:
             if pgid not in (0, session.pid):
                 self._writing_to = pgid
                 session.watch_foreground_exits()  # (see program_exited)
-            self.task = session.loop.create_task(self._write_rest([rest, *later]))
+            self.task = session.loop.create_task(self._write_rest([rest, *later], piece_wait))
         else:
             self._begin_wait()
 
-    async def _write_rest(self, pieces: list[bytes]) -> None:
+    async def _write_rest(self, pieces: list[bytes], piece_wait: float) -> None:
         """Write ``pieces``: the first at once, each later one once the program has taken the one before (or
-        after :data:`KEY_EVENT_WAIT`), behind a fresh fence."""
+        after ``piece_wait`` seconds), behind a fresh fence."""
         session = self.session
         written = total = 0
         size = sum(map(len, pieces))
         try:
             for index, piece in enumerate(pieces):
                 if index:
-                    await session.input_taken(self.fence, min(self.deadline, time.monotonic() + KEY_EVENT_WAIT))
+                    await session.input_taken(self.fence, min(self.deadline, time.monotonic() + piece_wait))
                     if session.probe is not None:
                         self.fence = session.probe.fence()
                 total += len(piece)

@@ -28,7 +28,8 @@ from .readiness import Fence, ReadinessProbe
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker, switches_screen
-from .send import ENTER, LINE_FEED, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, SendOperation, SendRequest, SendResult
+from .send import (ENTER, KEY_EVENT_WAIT, LINE_FEED, LINE_WAIT, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, PASTE_START,
+                   SendOperation, SendRequest, SendResult)
 from .keys import holds_an_escape_key
 from .terminal_replies import HeldAnswers, TerminalReplies
 
@@ -490,7 +491,8 @@ class Session:
         """Take the send reservation now and start writing and waiting; returns the operation."""
         self.check_can_send()
         payload, escape_sent = self._payload(request)  # may refuse bad input: before any change
-        events = self._key_events(request, payload)
+        by_line = self._typed_line_by_line(request, payload)
+        events = request.line_events(payload) if by_line else self._key_events(request, payload)
         if self.child is not None:
             self.child.clear_input_for_signal_keys(payload)
         # A text written in parts goes to the shell, or to a command it runs (see SendOperation.prompt_seen):
@@ -508,8 +510,22 @@ class Session:
         op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
         self.reservation = holder
         self.operation = op
-        op.start(fence, written, events[1:], to_command)
+        op.start(fence, written, events[1:], to_command, LINE_WAIT if by_line else KEY_EVENT_WAIT)
         return op
+
+    def _typed_line_by_line(self, request: SendRequest, payload: bytes) -> bool:
+        """Whether ``payload`` goes in a line at a time: a multi-line text typed ahead (see
+        :meth:`SendRequest.types_ahead`) to our shell or REPL at its prompt.  Each line is written once whoever
+        read the one before - the shell, or the program that line started - waits for input again (see
+        :meth:`input_taken`), or after :data:`LINE_WAIT`.  Written at once, the lines after the first waited in
+        the terminal's input for the program to read, and a program that flushes its input as it starts
+        threw them away: a password prompt (Python's ``getpass``, ``ssh``, ``sudo``) - ``cmd⏎secret`` lost
+        ``secret``, and the next command sent became the password."""
+        if not request.types_ahead() or payload.startswith(PASTE_START) or self.screen.full_screen \
+                or self.probe is None or not self.probe.available:
+            return False
+        self.drain()  # (our prompt's marker, not read yet, says the shell is at its prompt)
+        return not self._typed_since_prompt
 
     def _key_events(self, request: SendRequest, payload: bytes) -> list[bytes]:
         """The payload in the pieces it is written in: one, or - while a command the session started takes the
@@ -519,7 +535,8 @@ class Session:
         the terminal) took ``hello`` and its Enter, read at once, for pasted text - the line was never
         submitted, and the CR went into it.  A program that acts on keys in the background sees the Enter
         after it acted on the text: fzf filters in another thread, and ``42`` sent to it picked the top line
-        of the unfiltered list.  The session's own shell and line-mode readers get one write."""
+        of the unfiltered list.  The session's own shell and line-mode readers get one write (a multi-line
+        text to the shell at its prompt goes a line at a time: :meth:`_typed_line_by_line`)."""
         probe = self.probe
         if probe is None or not probe.available or self.foreground_pgid() in (0, self.pid) \
                 or probe.reads_lines():

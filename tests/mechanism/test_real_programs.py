@@ -943,6 +943,39 @@ def test_lines_typed_ahead_reach_the_command_that_reads_them(term):
     shell_gets_the_next_command(term)
 
 
+def test_lines_after_a_password_prompts_command_are_not_flushed(term):
+    """``cmd⏎secret`` in one send, where ``cmd`` asks for a password as getpass, ssh and sudo do: they flush the
+    terminal's input as they turn echo off, and ``secret``, typed ahead while ``cmd`` started, was thrown away -
+    the prompt waited, and the next command sent became the password.  Each line now goes in once whoever
+    read the one before waits for input again."""
+    r, _ = term("python3 -c \"import getpass; print('pw', getpass.getpass('PW: '))\"\nhunter2")
+    assert r.wait_reason == "stdin_read" and "pw hunter2\n" in r.viewport and r.exit_code == 0, r.viewport
+    # a program that flushes after its set-up (0.3 s), then reads; the line after it is the shell's again
+    r, _ = term("python3 -c \"import termios, time; time.sleep(0.3); termios.tcflush(0, termios.TCIFLUSH); "
+                "print('got', input())\"\nhello\necho after-$((6*7))")
+    assert "got hello\n" in r.viewport and "after-42\n" in r.viewport and r.exit_code == 0, r.viewport
+    shell_gets_the_next_command(term)
+
+
+@needs["ssh-keygen"]
+def test_ssh_keygen_passphrases_in_the_same_send_as_the_command(term):
+    r, _ = term("ssh-keygen -q -t ed25519 -f ./key -C test\ncorrect horse\ncorrect horse\necho made-$?")
+    assert "made-0\n" in r.viewport and r.exit_code == 0, r.viewport
+    r, _ = term("ssh-keygen -y -f ./key -P 'correct horse' > check.pub && cmp -s <(cut -d' ' -f2 check.pub) "
+                "<(cut -d' ' -f2 key.pub) && echo same-key")
+    assert "same-key\n" in r.viewport, r.viewport
+
+
+def test_lines_after_getpass_in_the_python_session(agent_tools):
+    """The python session at its prompt gets a multi-line text a line at a time too: ``getpass`` there
+    flushed the line typed after it."""
+    tools, agent = agent_tools
+    sid = tools.call("terminal_open", {"type": "python"}, agent=agent).session_id
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "import getpass; p = getpass.getpass('PW: ')\n"
+                                     "swordfish\nprint('len', len(p), p[::-1])"}, agent=agent)
+    assert r.wait_reason == "stdin_read" and "len 9 hsifdrows\n" in r.viewport, r.viewport
+
+
 def test_a_job_reading_multi_line_progress_sees_it_move(tmp_path, agent_tools):
     """A background job's reads return each line once - but a progress line the program rewrites after a
     read comes again in its new state (the job's reads showed nothing while a docker-style display ran)."""
