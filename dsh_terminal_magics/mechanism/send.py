@@ -423,11 +423,12 @@ class SendOperation:
 
     # -- the send, on the loop -----------------------------------------------------------
     def start(self, fence: Fence, written: int, later: Sequence[bytes] = (), to_command: bool = False,
-              piece_wait: float = KEY_EVENT_WAIT) -> None:
+              piece_wait: float = KEY_EVENT_WAIT, reader: int = 0) -> None:
         """Write the rest of the payload (its first ``written`` bytes are in; ``later``: its last pieces, each
         written once the program has read what came before and waits for input again, or ``piece_wait``
         seconds after the one before), then wait.  ``to_command``: the session's shell (or REPL) was not at
-        its prompt - the text is for the command it runs (see :meth:`prompt_seen`).
+        its prompt - the text is for the command it runs (see :meth:`prompt_seen`).  ``reader``: the terminal's
+        foreground process group before the first write (the first line may have started another since).
 
         ``fence`` was taken just before the first write; the session replaces it (:attr:`fence`) whenever
         it writes the program more input of its own (answers to terminal queries).  The wait is driven by
@@ -439,7 +440,7 @@ class SendOperation:
         rest = self.payload[written:len(self.payload) - sum(map(len, later))]
         if rest or later:
             self._to_command = to_command
-            pgid = session.foreground_pgid()
+            pgid = reader or session.foreground_pgid()
             if pgid not in (0, session.pid):
                 self._writing_to = pgid
                 session.watch_foreground_exits()  # (see program_exited)
@@ -457,6 +458,8 @@ class SendOperation:
             for index, piece in enumerate(pieces):
                 if index:
                     await session.input_taken(self.fence, min(self.deadline, time.monotonic() + piece_wait))
+                    if self.text_cut_by is not None:  # (stopped meanwhile: its fence stands, see _program_ended)
+                        break
                     if session.probe is not None:
                         self.fence = session.probe.fence()
                 total += len(piece)
@@ -504,8 +507,14 @@ class SendOperation:
         shell may have read part of a line before the rest was thrown away: the line-kill key (C-u) clears it,
         else it was glued to the front of the next command (``touch `` + ``ls x`` made a file ``ls``)."""
         self.text_cut_by = "program_ended"
-        self.session.discard_input()
-        self.session.write_now(KILL_LINE)
+        session = self.session
+        session.discard_input()
+        if session.probe is not None:
+            # The shell's wait now is the answer, one it began before the C-u too: a terminal in line mode as the
+            # program ended takes the C-u itself (the line-kill key), and the shell, which never reads it, would
+            # not run again - the wait ran out its idle window, with the shell at its prompt.
+            self.fence = session.probe.fence(accept_stale=True)
+        session.write_now(KILL_LINE)
 
     def _begin_wait(self) -> None:
         session = self.session

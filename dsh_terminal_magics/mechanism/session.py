@@ -502,6 +502,7 @@ class Session:
             self.drain()
         to_command = in_parts and self._typed_since_prompt
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
+        reader = fence.pgid or self.foreground_pgid()  # (before the write: a first line may start a program)
         written = self.write_now(events[0][:4096]) if payload else 0  # the program starts on it at once
         if self.child is not None:
             self.child.restart_output()
@@ -510,22 +511,26 @@ class Session:
         op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
         self.reservation = holder
         self.operation = op
-        op.start(fence, written, events[1:], to_command, LINE_WAIT if by_line else KEY_EVENT_WAIT)
+        op.start(fence, written, events[1:], to_command, LINE_WAIT if by_line else KEY_EVENT_WAIT, reader)
         return op
 
     def _typed_line_by_line(self, request: SendRequest, payload: bytes) -> bool:
         """Whether ``payload`` goes in a line at a time: a multi-line text typed ahead (see
-        :meth:`SendRequest.types_ahead`) to our shell or REPL at its prompt.  Each line is written once whoever
-        read the one before - the shell, or the program that line started - waits for input again (see
+        :meth:`SendRequest.types_ahead`) to a line editor - our shell or REPL at its prompt, or a command that
+        takes the keys raw (a shell or REPL started from ours).  Each line is written once whoever read the one
+        before - the editor, or the program that line started - waits for input again (see
         :meth:`input_taken`), or after :data:`LINE_WAIT`.  Written at once, the lines after the first waited in
         the terminal's input for the program to read, and a program that flushes its input as it starts
         threw them away: a password prompt (Python's ``getpass``, ``ssh``, ``sudo``) - ``cmd⏎secret`` lost
-        ``secret``, and the next command sent became the password."""
+        ``secret``, and the next command sent became the password.  A line-mode reader (``cat``, ``read``)
+        still gets the text in one write."""
+        probe = self.probe
         if not request.types_ahead() or payload.startswith(PASTE_START) or self.screen.full_screen \
-                or self.probe is None or not self.probe.available:
+                or probe is None or not probe.available:
             return False
         self.drain()  # (our prompt's marker, not read yet, says the shell is at its prompt)
-        return not self._typed_since_prompt
+        return not self._typed_since_prompt or (self.foreground_pgid() not in (0, self.pid)
+                                                 and not probe.reads_lines())
 
     def _key_events(self, request: SendRequest, payload: bytes) -> list[bytes]:
         """The payload in the pieces it is written in: one, or - while a command the session started takes the
@@ -536,7 +541,7 @@ class Session:
         submitted, and the CR went into it.  A program that acts on keys in the background sees the Enter
         after it acted on the text: fzf filters in another thread, and ``42`` sent to it picked the top line
         of the unfiltered list.  The session's own shell and line-mode readers get one write (a multi-line
-        text to the shell at its prompt goes a line at a time: :meth:`_typed_line_by_line`)."""
+        text to a line editor goes a line at a time: :meth:`_typed_line_by_line`)."""
         probe = self.probe
         if probe is None or not probe.available or self.foreground_pgid() in (0, self.pid) \
                 or probe.reads_lines():

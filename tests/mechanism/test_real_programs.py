@@ -976,6 +976,32 @@ def test_lines_after_getpass_in_the_python_session(agent_tools):
     assert r.wait_reason == "stdin_read" and "len 9 hsifdrows\n" in r.viewport, r.viewport
 
 
+def test_lines_after_getpass_in_a_shell_and_a_repl_started_from_ours(term):
+    """A shell or REPL started from the session's shell takes the keys raw, and had the text in one write (then
+    the Enter): getpass flushed the lines after its command and read the lone Enter - an empty password."""
+    term("bash --norc -i")
+    r, _ = term("python3 -c \"import getpass; print('pw', getpass.getpass('PW: '))\"\nhunter2")
+    assert r.wait_reason == "stdin_read" and "pw hunter2\n" in r.viewport, r.viewport
+    term("exit")
+    term("python3 -q")
+    r, _ = term("import getpass; p = getpass.getpass('PW: ')\nswordfish\nprint('len', len(p))")
+    assert r.wait_reason == "stdin_read" and "len 9\n" in r.viewport, r.viewport
+    term("exit()")
+    shell_gets_the_next_command(term)
+
+
+def test_lines_after_a_shell_started_from_ours_exits_are_cut_and_the_prompt_is_seen(term):
+    """``exit⏎echo back`` to a shell started from ours: the text was that shell's, so ``echo back`` is not
+    written once it has gone (see "A send's text is for the program it was sent to").  The wait then ran out
+    its idle window at our prompt: the line-kill key written at the cut, taken by the terminal itself, never
+    made our shell run again, and only a wait begun after it counted."""
+    term("bash --norc -i")
+    r, elapsed = term("exit\necho back", idle=5)
+    assert r.wait_reason == "stdin_read" and r.unsent == len("echo back\n"), r
+    assert elapsed < PROMPT_WITHIN and "back\n" not in r.viewport, r.viewport
+    shell_gets_the_next_command(term)
+
+
 def test_a_job_reading_multi_line_progress_sees_it_move(tmp_path, agent_tools):
     """A background job's reads return each line once - but a progress line the program rewrites after a
     read comes again in its new state (the job's reads showed nothing while a docker-style display ran)."""
