@@ -90,9 +90,9 @@ TIMED_WAIT_SETTLE = 1.5
 #: again, as a person sees a program act on a key before pressing the next (seconds; see
 #: :meth:`Session.start_send`, :meth:`Session.input_taken`): a program that does not gets the rest then.
 KEY_EVENT_WAIT = 0.5
-#: Longest a line of a multi-line text sent to the shell or REPL at its prompt waits for whoever read the one
-#: before - the shell, or the program that line started - to wait for input again (seconds; see
-#: :meth:`Session.start_send`): a command that runs on without reading gets the rest typed ahead then.
+#: Longest a line of a multi-line text sent to a line editor (a shell or REPL) waits for whoever read the one
+#: before - the editor, or the program that line started - to wait for input again (seconds; see
+#: :meth:`Session._typed_line_by_line`): a command that runs on without reading gets the rest typed ahead then.
 LINE_WAIT = 1.5
 #: Added to a timer's due time before the wait is looked at again (see :meth:`SendOperation._timer_due_first`).
 TIMER_MARGIN = 0.002
