@@ -524,13 +524,18 @@ class Session:
         threw them away: a password prompt (Python's ``getpass``, ``ssh``, ``sudo``) - ``cmd⏎secret`` lost
         ``secret``, and the next command sent became the password.  A line-mode reader (``cat``, ``read``)
         still gets the text in one write."""
-        probe = self.probe
         if not request.types_ahead() or payload.startswith(PASTE_START) or self.screen.full_screen \
-                or probe is None or not probe.available:
+                or self.probe is None or not self.probe.available:
             return False
         self.drain()  # (our prompt's marker, not read yet, says the shell is at its prompt)
-        return not self._typed_since_prompt or (self.foreground_pgid() not in (0, self.pid)
-                                                 and not probe.reads_lines())
+        return not self._typed_since_prompt or self._command_takes_keys_raw()
+
+    def _command_takes_keys_raw(self) -> bool:
+        """Whether a command the session's shell (or REPL) started has the terminal and takes the keys raw -
+        not a line-mode reader (as ``/proc`` shows; False without it)."""
+        probe = self.probe
+        return probe is not None and probe.available and self.foreground_pgid() not in (0, self.pid) \
+            and not probe.reads_lines()
 
     def _key_events(self, request: SendRequest, payload: bytes) -> list[bytes]:
         """The payload in the pieces it is written in: one, or - while a command the session started takes the
@@ -542,9 +547,7 @@ class Session:
         after it acted on the text: fzf filters in another thread, and ``42`` sent to it picked the top line
         of the unfiltered list.  The session's own shell and line-mode readers get one write (a multi-line
         text to a line editor goes a line at a time: :meth:`_typed_line_by_line`)."""
-        probe = self.probe
-        if probe is None or not probe.available or self.foreground_pgid() in (0, self.pid) \
-                or probe.reads_lines():
+        if not self._command_takes_keys_raw():
             return [payload]
         return request.key_events(payload, self.screen.application_cursor)
 
