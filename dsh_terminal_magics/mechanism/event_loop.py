@@ -248,10 +248,42 @@ class EventLoopThread:
             raise
 
     async def arun(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Await ``coro`` (run on the private loop) from any other event loop."""
+        """Await ``coro`` (run on the private loop) from any other event loop.
+
+        Cancelling the awaiting task cancels the coroutine on the loop - a send interrupts its program - and
+        waits (10 s at most) for it to wind up before the cancellation propagates, as :meth:`run` does for a
+        Ctrl-C: the session is free again when the cancelled call returns.  (Through ``wrap_future`` the
+        caller had its ``CancelledError`` at once, while the send still held the session: a call made right
+        after it was refused as busy.)  A second cancellation meanwhile ends the wait.
+        """
         if self.in_loop_thread():
             return await coro
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, self.loop))
+        self._check_may_wait(coro)
+        caller = asyncio.get_running_loop()
+        result: asyncio.Future[T] = caller.create_future()
+        tasks: list[asyncio.Task[T]] = []
+
+        def start() -> None:
+            tasks.append(self.loop.create_task(coro))
+            tasks[0].add_done_callback(_passed_to(caller, result))
+
+        def cancel() -> None:  # (on the loop, after start() if it was handed in at all)
+            if tasks:
+                tasks[0].cancel()
+            else:
+                coro.close()
+                _on_loop_of(caller, result.cancel)
+
+        self._hand_in(start)
+        try:
+            return await asyncio.shield(result)
+        except asyncio.CancelledError:
+            self._hand_in(cancel)
+            try:
+                await asyncio.wait_for(asyncio.shield(result), timeout=10)
+            except (Exception, asyncio.CancelledError):  # (how it wound up does not matter: the cancel does)
+                pass
+            raise
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         """Call a plain function on the loop thread and return its result.
@@ -331,6 +363,33 @@ def _handed_over(result: Handoff[T]) -> Callable[["asyncio.Future[T]"], None]:
         else:
             result.set_result(done.result())
     return copy
+
+
+def _passed_to(caller: asyncio.AbstractEventLoop, result: "asyncio.Future[T]") -> Callable[["asyncio.Future[T]"], None]:
+    """A done callback that passes a loop future's outcome to ``result``, a future of the ``caller`` loop."""
+    def copy(done: "asyncio.Future[T]") -> None:
+        _on_loop_of(caller, _copy_outcome, done, result)
+    return copy
+
+
+def _copy_outcome(done: "asyncio.Future[T]", result: "asyncio.Future[T]") -> None:
+    """Give ``result`` the outcome of ``done`` (on ``result``'s loop), unless a cancel settled it first."""
+    if result.done():
+        return
+    if done.cancelled():
+        result.cancel()
+    elif (error := done.exception()) is not None:
+        result.set_exception(error)
+    else:
+        result.set_result(done.result())
+
+
+def _on_loop_of(caller: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` on the ``caller`` loop soon; nothing if that loop has closed (nobody waits then)."""
+    try:
+        caller.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
 
 
 def _forget_the_parents_loop() -> None:

@@ -473,6 +473,37 @@ def test_async_api(tools, agent):
     assert text.startswith("[wait: stdin_read] [session: running]") and "\n42\n" in text
 
 
+def test_a_cancelled_async_send_returns_with_its_program_interrupted_and_the_session_free(tools, agent, shell,
+                                                                                         tmp_path):
+    """Cancelling an awaited send (an agent framework's timeout, ``asyncio.wait_for``) interrupts the program,
+    and the cancelled await returns only once the send has wound up: the call made right after it runs.  (The
+    await returned at once, and the next send was refused as busy while the interrupt was still on its way.)"""
+    started = tmp_path / "started"
+
+    async def cancel_then_send() -> tuple[str, str]:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(tools.acall("terminal_send", {
+                "sessionId": shell, "text": f"touch {started}; sleep 30; echo slept", "timeout": 40, "idle": 40},
+                agent=agent), timeout=5)
+        after_timeout = await tools.acall_text("terminal_send", {"sessionId": shell, "text": "echo $?"},
+                                               agent=agent)
+        task = asyncio.ensure_future(tools.acall("terminal_send", {
+            "sessionId": shell, "text": "sleep 30; echo slept", "timeout": 40, "idle": 40}, agent=agent))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        after_cancel = await tools.acall_text("terminal_send", {"sessionId": shell, "text": "echo free"},
+                                              agent=agent)
+        return after_timeout, after_cancel
+
+    after_timeout, after_cancel = asyncio.run(cancel_then_send())
+    assert started.exists()
+    assert after_timeout.startswith("[wait: stdin_read]") and "\n130\n" in after_timeout, after_timeout
+    assert after_cancel.startswith("[wait: stdin_read]") and after_cancel.endswith("free\n$ "), after_cancel
+    assert "slept" not in tools.call("terminal_read", {"sessionId": shell}, agent=agent).text.splitlines()
+
+
 def test_agent_scope_closes_everything(tools):
     with pytest.raises(RuntimeError):
         with Agent("scoped") as a:
