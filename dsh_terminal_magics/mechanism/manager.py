@@ -228,6 +228,7 @@ class SessionManager:
             raise InvalidArgumentError(f"count must be an integer >= 1, got {count!r}")
         capped = count > MAX_READ_LINES
         lines, begin, end, total = session.scrollback.page(offset, min(count, MAX_READ_LINES))
+        session.saw_page(begin, end)
         return Page(lines, begin, end, total, capped)
 
     async def signal(self, owner: object, session_id: str, signal: str) -> int:

@@ -249,6 +249,9 @@ class SendResult:
     unsent: int = 0
     #: Why the text was stopped before its end (see :attr:`SendOperation.text_cut_by`), or None.
     text_cut_by: TextCut | None = None
+    #: Lines of output that came between the owner's last look and this send, which the viewport does not
+    #: hold, as ``(count, offset)`` for terminal_read (see :meth:`Session.unseen_before`), or None.
+    unseen: tuple[int, int] | None = None
 
 
 class SendOperation:
@@ -964,14 +967,17 @@ class SendOperation:
         limit = self.request.viewport_bytes
         session.screen.check_drawer(session.foreground_pgid)
         snapshot = session.screen.snapshot() if session.screen.full_screen else None
+        unseen = None
         if snapshot is not None:
             viewport, cut = snapshot.text(), False
         else:
             climbed_to = session.scrollback.top_rewritten_since(self._rewrites_at_start)
             start = self.start_line if climbed_to is None else min(climbed_to, self.start_line)
             viewport, cut = session.scrollback.text_since(start, limit)
+            if session.seen_lines < start - 1:
+                unseen = session.unseen_before(start)
         exit_code = session.exit_status if reason == "session_exit" else self._exit_code_now()
         raw, _lost = session.raw.since(self.raw_offset)
         return SendResult(reason, viewport, cut, session.public_status, exit_code, self.cancel_requested,
                           self.bell, time.monotonic() - self.started, raw[-limit:], snapshot,
-                          self.unsent, self.text_cut_by if self.unsent else None)
+                          self.unsent, self.text_cut_by if self.unsent else None, unseen)

@@ -109,6 +109,10 @@ class Session:
         #: The raw output count when the last send ended: its sender was shown the output up to there (a result,
         #: a job's output), so a viewer following up picks up after it.
         self.last_send_end = 0
+        #: The completed lines of the scrollback its owner was shown (a send's result, a job's output, a read
+        #: of the newest lines): lines completed after them and before a send's viewport are that send's
+        #: ``unseen`` (see :meth:`unseen_before`).
+        self.seen_lines = 0
         #: The program's prompt as the last send that began at one saw it, the cursor past it (node's ``> ``),
         #: with the terminal's foreground group then: also for a send that begins with the cursor at a line start
         #: (see ``SendOperation._back_at_its_prompt``).
@@ -600,11 +604,31 @@ class Session:
             self.operation = None
             self.reservation = None
         self.last_send_end = self.raw.total
+        self.seen_lines = self.scrollback.completed_lines
         if result is not None:
             self.last_wait_reason = result.wait_reason
         if self.held_answers:
             self._look_for_reader_soon(MIN_TICK)
         self.listeners()
+
+    def unseen_before(self, line: int) -> tuple[int, int] | None:
+        """``(count, offset)`` of the lines still kept that were completed after those the owner was shown and
+        before ``line`` (a viewport's first): output that came between two sends - a background command's, a
+        thread's - which the viewport, the output produced during a send, does not hold.  ``offset`` is
+        terminal_read's for the page that ends with them; None when there are none."""
+        scrollback = self.scrollback
+        first = max(self.seen_lines + 1, scrollback.first_line)
+        last = min(line - 1, scrollback.completed_lines)
+        if last < first:
+            return None
+        return last - first + 1, scrollback.total_lines - last
+
+    def saw_page(self, begin: int, end: int) -> None:
+        """The owner was shown lines ``begin``..``end`` (a read): when they reach the newest and leave out none
+        of those it had not seen, it has now seen them all."""
+        scrollback = self.scrollback
+        if end >= scrollback.total_lines and begin <= max(self.seen_lines + 1, scrollback.first_line):
+            self.seen_lines = max(self.seen_lines, scrollback.completed_lines)
 
     def prompt_shown(self) -> tuple[int, str] | None:
         """The terminal's foreground group and the line the cursor is on, when it is past text on the unfinished

@@ -18,7 +18,7 @@ from ..owners import Agent
 from .models import (BackgroundSendResult, CloseArgs, CloseResult, ForegroundSendResult, JobKillArgs,
                      JobKillResult, JobOutputArgs, JobOutputResult, ListArgs, OpenArgs, OpenResult, ReadArgs,
                      ReadResult, RecordArgs, RecordResult, ResizeArgs, ResizeResult, ScreenInfo, SendArgsForeground,
-                     SessionEntry, SessionList, SignalArgs, SignalResult)
+                     SessionEntry, SessionList, SignalArgs, SignalResult, UnseenOutput)
 from .render import body_budget, job_meta, lines_meta, unsent_note, utf8_size
 
 JOB_KIND = "pty-send"
@@ -55,7 +55,9 @@ def foreground_result(r: SendResult) -> ForegroundSendResult:
     result = ForegroundSendResult(viewport=r.viewport, wait_reason=r.wait_reason,  # type: ignore[arg-type]
                                   session_status=r.session_status,  # type: ignore[arg-type]
                                   truncated=r.viewport_truncated, exit_code=r.exit_code,
-                                  bell=True if r.bell else None, screen=screen, unsent=r.unsent or None)
+                                  bell=True if r.bell else None, screen=screen, unsent=r.unsent or None,
+                                  unseen=None if r.unseen is None else UnseenOutput(lines=r.unseen[0],
+                                                                                    offset=r.unseen[1]))
     return result.with_extras(r.raw_output, r.screen.text() if r.screen is not None else None, r.cancelled,
                               r.text_cut_by)
 
@@ -106,6 +108,10 @@ async def _job_outcome(op: SendOperation) -> JobOutcome:
     detail = f"waitReason={r.wait_reason} sessionStatus={r.session_status} exitCode={r.exit_code}"
     if r.unsent:
         detail += f" - {unsent_note(r.unsent, r.text_cut_by)}"
+    if r.unseen is not None:
+        lines = r.unseen[0]
+        detail += (f" - unseen: {lines} line{'s' if lines != 1 else ''} of output came after your last result and "
+                   "before this job's send, not in its output (terminal_read shows the session's lines)")
     return JobOutcome("killed" if op.cancel_requested else "completed", detail)
 
 

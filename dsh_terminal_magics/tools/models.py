@@ -181,6 +181,15 @@ class ScreenInfo(_Result):
     cursor_col: int = Field(alias="cursorCol")
 
 
+class UnseenOutput(_Result):
+    """Lines of output that came after the owner's last look at the session and before a send (a background
+    command's, a thread's): the viewport holds the send's own output only.  ``terminal_read`` with this
+    ``offset`` and ``count`` = ``lines`` shows them."""
+
+    lines: int
+    offset: int
+
+
 class ForegroundSendResult(_Result):
     kind: Literal["foreground"] = "foreground"
     viewport: str
@@ -193,6 +202,7 @@ class ForegroundSendResult(_Result):
     screen: Optional[ScreenInfo] = Field(None, exclude_if=lambda v: v is None)
     #: Bytes of the input never written: the wait ended while the program did not read (see :func:`unsent_note`).
     unsent: Optional[int] = Field(None, exclude_if=lambda v: v is None)
+    unseen: Optional[UnseenOutput] = Field(None, exclude_if=lambda v: v is None)
     #: Not part of the seed's JSON: (raw output, screen text, interrupted, text cut by), set by
     #: :meth:`with_extras` - a plain slot, not a pydantic private attribute: those are set up (in Python) on every
     #: result, which cost more than the rest of the result together on the hot path of every send.

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 
 from pydantic import BaseModel
 
-from ..vocabulary import TextCut
+from ..vocabulary import MAX_READ_LINES, TextCut
 from .models import (BackgroundSendResult, CloseResult, ForegroundSendResult, JobKillResult, JobOutputResult,
                      OpenResult, ReadResult, RecordResult, ResizeResult, SessionEntry, SessionList, SignalResult)
 
@@ -123,7 +123,17 @@ def _foreground(r: ForegroundSendResult, cap: int) -> str:
         meta.append("[bell]")
     if r.unsent:
         meta.append(f"[{unsent_note(r.unsent, r.text_cut_by)}]")
+    if r.unseen is not None:
+        meta.append(f"[{unseen_note(r.unseen.lines, r.unseen.offset)}]")
     return render_capped(meta, r.viewport, cap, keep_tail=True, cut=r.truncated)
+
+
+def unseen_note(lines: int, offset: int) -> str:
+    """What to tell about output that came between two looks at a session (see ``UnseenOutput``)."""
+    count = min(lines, MAX_READ_LINES)
+    return (f"unseen: {lines} line{'s' if lines != 1 else ''} of output came after your last result and before "
+            f"this send, not shown below - terminal_read with offset {offset}, count {count} shows "
+            + ("it" if lines == 1 else "them" if count == lines else f"the newest {count}"))
 
 
 def _open(r: OpenResult, cap: int) -> str:

@@ -210,6 +210,8 @@ class TerminalTools:
             resume = None if streamed_to is None else max(streamed_to, session.last_send_end)
             unseen = resume is not None and resume < offset
             prompt = session.scrollback.partial_line if show_prompt and not unseen else ""
+            if unseen:  # (the stream shows it: the result has none to point at)
+                session.seen_lines = session.scrollback.completed_lines
             op = self.manager.begin_send(agent, a.session_id, request, "a foreground send (streaming)")
             begun.append(op)
             return session, op, resume if unseen else offset, prompt

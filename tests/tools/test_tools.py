@@ -579,3 +579,47 @@ def test_a_jobs_label_is_the_first_line_of_its_text_cut_short(tools, agent, shel
     assert labels[short.job_id] == f"{other}: (input)"
     tools.call("job_kill", {"jobId": job}, agent=agent)
     tools.call("terminal_close", {"sessionId": other}, agent=agent)
+
+
+def test_output_that_came_between_two_sends_is_pointed_at(tools, agent, shell):
+    """The viewport holds the output produced during its send; what a background command printed between two
+    sends is in neither result.  The next result says how many such lines there are and the terminal_read that
+    shows them (before, they were dropped from the model's view without a word)."""
+    from tests.conftest import wait_for
+    tools.call("terminal_send", {"sessionId": shell, "text": "(sleep 0.5; printf 'late-1\\nlate-2\\n') &"},
+               agent=agent)
+    scrollback = tools.manager.session(agent, shell).scrollback
+    wait_for(lambda: scrollback.page(0, 2)[0] == ["$ late-1", "late-2"])
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo now"}, agent=agent)
+    assert r.viewport.splitlines()[:2] == ["echo now", "now"], r.viewport
+    assert r.unseen is not None and r.unseen.lines == 2, r
+    page = tools.call("terminal_read", {"sessionId": shell, "offset": r.unseen.offset, "count": r.unseen.lines},
+                      agent=agent)
+    assert page.text.splitlines() == ["$ late-1", "late-2"], page
+    text = tools.call_text("terminal_send", {"sessionId": shell, "text": "echo again"}, agent=agent)
+    assert "unseen" not in text and text.endswith("again\n$ "), text
+    # Read up to the newest line, such output has been seen.
+    tools.call("terminal_send", {"sessionId": shell, "text": "(sleep 0.5; echo late-3) &"}, agent=agent)
+    wait_for(lambda: scrollback.page(0, 1)[0] == ["$ late-3"])
+    assert tools.call("terminal_read", {"sessionId": shell, "count": 1}, agent=agent).text == "$ late-3"
+    dumped = tools.call("terminal_send", {"sessionId": shell, "text": "echo third"}, agent=agent).model_dump(
+        by_alias=True, exclude_none=True)
+    assert "unseen" not in dumped, dumped
+
+
+def test_output_after_a_send_timed_out_is_pointed_at_by_the_send_that_waits_on(tools, agent, shell, tmp_path):
+    """A send that timed out while its command ran on, then a send with no text to wait for the rest: the lines
+    printed between the two results were in neither viewport."""
+    from tests.conftest import wait_for
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo part-1; sleep 1; echo part-2; "
+                                     f"while [ ! -e {tmp_path}/go ]; do sleep 0.05; done; echo part-3",
+                                     "timeout": 0.3}, agent=agent)
+    assert r.wait_reason == "timeout" and r.viewport.splitlines()[1:] == ["part-1"], r
+    scrollback = tools.manager.session(agent, shell).scrollback
+    wait_for(lambda: scrollback.page(0, 1)[0] == ["part-2"])
+    (tmp_path / "go").touch()
+    text = tools.call_text("terminal_send", {"sessionId": shell, "text": "", "submit": False}, agent=agent)
+    assert text.splitlines()[1:] == ["part-3", "$ "], text
+    assert "[unseen: 1 line of output came after your last result and before this send, not shown below - " \
+           "terminal_read with offset 2, count 1 shows it]" in text.splitlines()[0], text
+    assert tools.call("terminal_read", {"sessionId": shell, "offset": 2, "count": 1}, agent=agent).text == "part-2"
