@@ -289,7 +289,9 @@ class SendOperation:
         #: Characters of main-screen text written when the program last left the alternate screen during
         #: this send (None: it did not).
         self.left_full_screen_at: int | None = None
-        self.exit_code: int | None = None
+        #: The exit code of the last command our shell finished during this send - or, until one does, since
+        #: the last send ended (see :attr:`Session.exit_code_between`).
+        self.exit_code: int | None = session.exit_code_between
         #: Bytes of the payload never written: the wait ended first (the program stopped reading), or the
         #: text was stopped (:attr:`text_cut_by`).
         self.unsent = 0

@@ -96,6 +96,10 @@ class Session:
         self.operation: SendOperation | None = None
         self.reservation: str | None = None
         self.last_exit_code: int | None = None
+        #: The exit code of the last command our shell finished while no send ran (a command a send left
+        #: running on its timeout), until the next send ends: that send reports it, unless a command finishes
+        #: during it.
+        self.exit_code_between: int | None = None
         #: The key of our shell's exit-code markers (see :meth:`_exit_codes`); learnt while the session starts.
         self._marker_key: str | None = None
         self._learning_marker_key = True
@@ -361,6 +365,8 @@ class Session:
                 op.exit_code = codes[-1]
                 op.marker_seen = True
                 op.prompt_seen()
+            else:
+                self.exit_code_between = codes[-1]
         if events.bells and op is not None:
             op.bell = True
         if self.screen.after_chunk(events) and op is not None:
@@ -605,6 +611,7 @@ class Session:
             self.reservation = None
         self.last_send_end = self.raw.total
         self.seen_lines = self.scrollback.completed_lines
+        self.exit_code_between = None
         if result is not None:
             self.last_wait_reason = result.wait_reason
         if self.held_answers:

@@ -623,3 +623,21 @@ def test_output_after_a_send_timed_out_is_pointed_at_by_the_send_that_waits_on(t
     assert "[unseen: 1 line of output came after your last result and before this send, not shown below - " \
            "terminal_read with offset 2, count 1 shows it]" in text.splitlines()[0], text
     assert tools.call("terminal_read", {"sessionId": shell, "offset": 2, "count": 1}, agent=agent).text == "part-2"
+
+
+def test_a_command_that_finished_between_sends_gives_its_exit_code_to_the_send_that_waits_on(tools, agent, shell):
+    """A send timed out while its command ran; the command ended before the next send.  That send (no text: it
+    waits on) reported no exit code - the marker had come while no send ran; now it reports the command's."""
+    from tests.conftest import wait_for
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "sleep 1; (exit 3)", "timeout": 0.3}, agent=agent)
+    assert r.wait_reason == "timeout" and r.exit_code is None, r
+    session = tools.manager.session(agent, shell)
+    wait_for(lambda: session.last_exit_code == 3)
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "", "submit": False}, agent=agent)
+    assert (r.wait_reason, r.exit_code, r.viewport) == ("stdin_read", 3, "$ "), r
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "", "submit": False}, agent=agent)
+    assert (r.wait_reason, r.exit_code) == ("stdin_read", None), r  # (told once)
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "sleep 1; (exit 4)", "timeout": 0.3}, agent=agent)
+    wait_for(lambda: session.last_exit_code == 4)
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "(exit 5)"}, agent=agent)
+    assert r.exit_code == 5, r  # (a command finished during the send is the one told)
