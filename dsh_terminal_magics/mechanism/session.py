@@ -622,11 +622,12 @@ class Session:
         """``(count, offset)`` of the lines still kept that were completed after those the owner was shown and
         before ``line`` (a viewport's first): output that came between two sends - a background command's, a
         thread's - which the viewport, the output produced during a send, does not hold.  ``offset`` is
-        terminal_read's for the page that ends with them; None when there are none."""
+        terminal_read's for the page that ends with them; None when there are none, or only blank ones (the
+        line end a shell writes after an interrupted command)."""
         scrollback = self.scrollback
         first = max(self.seen_lines + 1, scrollback.first_line)
         last = min(line - 1, scrollback.completed_lines)
-        if last < first:
+        if last < first or not any(text.strip() for text in scrollback.iter_lines(first, last)):
             return None
         return last - first + 1, scrollback.total_lines - last
 

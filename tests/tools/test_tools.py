@@ -641,3 +641,16 @@ def test_a_command_that_finished_between_sends_gives_its_exit_code_to_the_send_t
     wait_for(lambda: session.last_exit_code == 4)
     r = tools.call("terminal_send", {"sessionId": shell, "text": "(exit 5)"}, agent=agent)
     assert r.exit_code == 5, r  # (a command finished during the send is the one told)
+
+
+def test_only_blank_lines_between_sends_are_not_pointed_at(tools, agent, shell):
+    """bash writes a line end after a command a signal ended; that empty line came between the two sends, and
+    pointing at it sent the model to read nothing."""
+    from tests.conftest import wait_for
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "sleep 30", "timeout": 0.5}, agent=agent)
+    assert r.wait_reason == "timeout", r
+    tools.call("terminal_signal", {"sessionId": shell, "signal": "SIGINT"}, agent=agent)
+    session = tools.manager.session(agent, shell)
+    wait_for(lambda: session.last_exit_code == 130)
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "echo after"}, agent=agent)
+    assert r.unseen is None and r.exit_code == 0 and r.viewport.endswith("after\n$ "), r
