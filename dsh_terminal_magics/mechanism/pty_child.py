@@ -38,10 +38,15 @@ MAX_EXIT_WATCHES = 16
 #: Reads a drain may make (a PTY read returns at most a few KiB: what a program that is done writing can
 #: have left is read in a few).
 MAX_READS = 32
-#: Loop time the output of one readable event may take (seconds): the next batch is sized from what the last
-#: one cost, so a program printing what is slow to process (cursor games, a flood of empty lines) cannot hold
-#: the loop - every other session's sends wait behind each batch.
-TURN_BUDGET = 0.004
+#: Loop time the output of one readable event may take (seconds), its reads included: the next batch is sized
+#: from what the last one cost, so a program printing what is slow to process (cursor games, a flood of empty
+#: lines) cannot hold the loop - every other session's sends wait behind each batch.  (4 ms, the reads left
+#: out, made another agent's ``echo hi`` 14 ms beside a flooding session, against 7.8 ms with these two
+#: budgets; the flood's own throughput moved within the noise: 52.8 against 51.4 MB/s.)
+TURN_BUDGET = 0.002
+#: What a turn's output may take instead while another session's send waits: that send needs several turns
+#: (the write, its echo, the output, the prompt, a look), each behind one batch.
+WAITED_TURN_BUDGET = 0.00025
 #: The least a reader reads in a turn, however many share the budget (one PTY read's worth); a batch this
 #: big or bigger counts its session as busy for :data:`BUSY_WINDOW` seconds.
 MIN_BATCH = 4096
@@ -59,6 +64,9 @@ class _BusyReaders:
     def __init__(self) -> None:
         self._last: "weakref.WeakKeyDictionary[PtyChild, float]" = weakref.WeakKeyDictionary()
         self._count, self._counted_at = 1, 0.0
+        #: The sessions whose send waits for their program (see :meth:`PtyChild.send_began`; a plain set: a
+        #: weak one costs every send a Python call at each look; a closed session's child is forgotten).
+        self.waiting: set[PtyChild] = set()
 
     def noted(self, child: "PtyChild", size: int, now: float) -> None:
         if size >= MIN_BATCH:
@@ -66,6 +74,15 @@ class _BusyReaders:
 
     def forget(self, child: "PtyChild") -> None:
         self._last.pop(child, None)
+        self.waiting.discard(child)
+
+    def share(self, child: "PtyChild", batch: int, now: float) -> int:
+        """``child``'s part of this turn: its ``batch`` (what :data:`TURN_BUDGET` buys it) shared with the
+        other busy readers - and cut to :data:`WAITED_TURN_BUDGET` while another session's send waits."""
+        batch //= self.sharing(now)
+        if self.waiting and (len(self.waiting) > 1 or child not in self.waiting):
+            batch = int(batch * (WAITED_TURN_BUDGET / TURN_BUDGET))
+        return max(MIN_BATCH, batch)
 
     def sharing(self, now: float) -> int:
         """How many share the budget now (at least 1)."""
@@ -313,7 +330,7 @@ class PtyChild:
     # -- output ---------------------------------------------------------------------
     def _on_readable(self) -> None:
         """Read this turn's share of the output waiting (see :class:`_BusyReaders`)."""
-        if self._read_available(max(MIN_BATCH, self._batch_bytes // _BUSY.sharing(time.monotonic()))):
+        if self._read_available(_BUSY.share(self, self._batch_bytes, time.monotonic())):
             self._after_read()
 
     def _read_available(self, limit: int = 1 << 30) -> bool:
@@ -322,6 +339,7 @@ class PtyChild:
         chunks: list[bytes] = []
         size = 0
         self.output_waiting = False
+        started = time.perf_counter()  # (the reads count: one may wait for the kernel's worker to fill the buffer)
         while True:
             if len(chunks) >= MAX_READS or size >= limit:
                 self.output_waiting = True  # (this turn's budget is spent: the rest is read next turn)
@@ -341,12 +359,18 @@ class PtyChild:
         if not chunks:
             return False
         _BUSY.noted(self, size, time.monotonic())
-        started = time.perf_counter()
         self._on_output(b"".join(chunks))
         spent = time.perf_counter() - started
         if size >= 4096:  # (a small read's cost is mostly fixed: it says little about the next batch)
             self._batch_bytes = max(4096, int(size * TURN_BUDGET / max(spent, 1e-6)))
         return True
+
+    def send_began(self) -> None:
+        """A send to this session waits for its program: other sessions' output takes less of each turn."""
+        _BUSY.waiting.add(self)
+
+    def send_ended(self) -> None:
+        _BUSY.waiting.discard(self)
 
     def drain(self) -> bool:
         """Read whatever output is waiting now; whether there was any."""

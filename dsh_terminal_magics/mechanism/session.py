@@ -521,6 +521,8 @@ class Session:
         op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
         self.reservation = holder
         self.operation = op
+        if self.child is not None:
+            self.child.send_began()
         op.start(fence, written, events[1:], to_command, LINE_WAIT if by_line else KEY_EVENT_WAIT, reader)
         return op
 
@@ -609,6 +611,8 @@ class Session:
         if self.operation is op:
             self.operation = None
             self.reservation = None
+            if self.child is not None:
+                self.child.send_ended()
         self.last_send_end = self.raw.total
         self.seen_lines = self.scrollback.completed_lines
         self.exit_code_between = None

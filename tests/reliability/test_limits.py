@@ -208,24 +208,24 @@ def test_output_that_is_slow_to_process_is_read_in_small_batches(manager, agent,
     flood = "head -c 300000 /dev/zero | tr '\\0' x; echo; echo flood-$((6*7))"
     r = manager.sync.send(agent, info.session_id, SendRequest(flood, timeout=60))
     assert r.wait_reason == "stdin_read" and "flood-42" in r.viewport
-    # the budget (4 ms) buys 8 KiB at this cost (a batch is that, or one read more; the first costly batch, one
+    # the budget (2 ms) buys 4 KiB at this cost (a batch is that, or one read more; the first costly batch, one
     # that follows a cheap one, or a check's drain may take more); the whole buffer was 13-28 KiB a batch
     assert sum(batches) >= 300_000, batches
-    assert statistics.median(batches[3:]) <= 8192 + 4096, batches
+    assert statistics.median(batches[3:]) <= 4096 + 4096, batches
 
 
 def test_sessions_printing_flat_out_share_one_turn(manager, agent, monkeypatch):
     """Each session printing flat out had a turn's budget of its own: one agent's 32 sessions running ``yes``
     made a turn of the loop cost 32 budgets, and another agent's ``echo hi`` took a second.  Sessions whose
-    output keeps coming now share one budget.  The cost is made real as above (half a millisecond per KiB,
-    slept: the budget buys under 8 KiB): alone, a session reads that much a batch; four at once read a quarter of
+    output keeps coming now share one budget.  The cost is made real as above (a quarter of a millisecond per
+    KiB, slept: the budget buys under 8 KiB): alone, a session reads that much a batch; four at once read a quarter of
     it each, but never less than one PTY read's worth (4 KiB)."""
     batches: dict[str, list[int]] = {}
     real_ingest = Session._ingest
 
     def slow_ingest(self: Session, data: bytes) -> None:
         batches.setdefault(self.session_id, []).append(len(data))
-        time.sleep(len(data) / 1024 * 0.0005)
+        time.sleep(len(data) / 1024 * 0.00025)
         real_ingest(self, data)
 
     monkeypatch.setattr(Session, "_ingest", slow_ingest)

@@ -115,3 +115,27 @@ def test_the_reads_worker_ends_when_idle_and_the_next_read_starts_another(tmp_pa
         assert worker is not None and worker.thread.is_alive(), "a read runs in a worker thread"
         worker.thread.join(timeout=30)
         assert not worker.thread.is_alive() and reads._worker is None, "an idle worker ends"
+
+
+def test_a_flooding_sessions_turn_shrinks_while_another_sessions_send_waits(tools, agent):
+    """A session printing flat out reads a turn's worth of output at a time; while another session's send
+    waits - it needs several turns, each behind one such batch - the batch is cut to the waited budget, and
+    it is whole again once that send has ended.  (Another agent's ``echo hi`` beside a flooding session took
+    14 ms, against 7.8 ms so: ``bench/run.py``'s hostile flood.)"""
+    from dsh_terminal_magics.mechanism import pty_child
+    from tests.conftest import wait_for
+    flood = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    other = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    child = tools.manager.session(agent, flood).child
+    busy = pty_child._BUSY
+    batch = 64 * pty_child.MIN_BATCH
+    whole = tools.manager.loop_thread.call(busy.share, child, batch, time.monotonic())
+    job = tools.call("terminal_send", {"sessionId": other, "text": "sleep 30", "run_in_background": True},
+                     agent=agent).job_id
+    waited = tools.manager.loop_thread.call(busy.share, child, batch, time.monotonic())
+    assert waited == int(whole * pty_child.WAITED_TURN_BUDGET / pty_child.TURN_BUDGET) < whole, (waited, whole)
+    # Its own send waiting does not cut its own batch.
+    tools.call("terminal_send", {"sessionId": flood, "text": "sleep 30", "run_in_background": True}, agent=agent)
+    tools.call("job_kill", {"jobId": job}, agent=agent)
+    wait_for(lambda: tools.manager.session(agent, other).operation is None)
+    assert tools.manager.loop_thread.call(busy.share, child, batch, time.monotonic()) == whole
