@@ -252,6 +252,10 @@ class SendResult:
     #: Lines of output that came between the owner's last look and this send, which the viewport does not
     #: hold, as ``(count, offset)`` for terminal_read (see :meth:`Session.unseen_before`), or None.
     unseen: tuple[int, int] | None = None
+    #: Our shell or REPL, at its prompt, ran the text's line without showing it as typed: the terminal's echo
+    #: is off - a program turned it off (``stty -echo``, a password prompt or a curses program that ended
+    #: without restoring it) and the line editor has kept that since.
+    echo_off: bool = False
 
 
 class SendOperation:
@@ -304,6 +308,8 @@ class SendOperation:
         #: While that rest is written to a command the shell or REPL runs (it was not at its prompt).
         self._to_command = False
         self.marker_seen = False
+        #: The line the line editor must show as this send's text is typed (see ``Session._echo_to_expect``).
+        self.echo_expected: str | None = None
         self.bell = False
         self._cursor = session.scrollback.completed_lines + 1
         self._rewrites_seen = self._rewrites_at_start = session.scrollback.rewrites
@@ -969,7 +975,7 @@ class SendOperation:
         limit = self.request.viewport_bytes
         session.screen.check_drawer(session.foreground_pgid)
         snapshot = session.screen.snapshot() if session.screen.full_screen else None
-        unseen = None
+        unseen, echo_off = None, False
         if snapshot is not None:
             viewport, cut = snapshot.text(), False
         else:
@@ -978,8 +984,10 @@ class SendOperation:
             viewport, cut = session.scrollback.text_since(start, limit)
             if session.seen_lines < start - 1:
                 unseen = session.unseen_before(start)
+            if self.echo_expected is not None and self.marker_seen and not cut:
+                echo_off = self.echo_expected not in viewport.partition("\n")[0]
         exit_code = session.exit_status if reason == "session_exit" else self._exit_code_now()
         raw, _lost = session.raw.since(self.raw_offset)
         return SendResult(reason, viewport, cut, session.public_status, exit_code, self.cancel_requested,
                           self.bell, time.monotonic() - self.started, raw[-limit:], snapshot,
-                          self.unsent, self.text_cut_by if self.unsent else None, unseen)
+                          self.unsent, self.text_cut_by if self.unsent else None, unseen, echo_off)

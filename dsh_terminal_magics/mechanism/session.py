@@ -513,18 +513,31 @@ class Session:
         to_command = in_parts and self._typed_since_prompt
         fence = self.probe.fence(accept_stale=not payload) if self.probe else Fence(accept_stale=True)
         reader = fence.pgid or self.foreground_pgid()  # (before the write: a first line may start a program)
+        echo = self._echo_to_expect(request)
         written = self.write_now(events[0][:4096]) if payload else 0  # the program starts on it at once
         if self.child is not None:
             self.child.restart_output()
         if payload:
             self._typed_since_prompt = True
         op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
+        op.echo_expected = echo
         self.reservation = holder
         self.operation = op
         if self.child is not None:
             self.child.send_began()
         op.start(fence, written, events[1:], to_command, LINE_WAIT if by_line else KEY_EVENT_WAIT, reader)
         return op
+
+    def _echo_to_expect(self, request: SendRequest) -> str | None:
+        """The line our shell or REPL, at its prompt, must show as ``request`` types it (its line editor echoes
+        what it reads): a one-line printable text, no keys, that fits on the prompt's row - else None.  A
+        command that ends without it shown ran with the terminal's echo off (see ``SendResult.echo_off``)."""
+        text = request.text.strip()
+        if not text or request.keys or not self.marks_prompts or self._typed_since_prompt \
+                or self.screen.full_screen or not text.isprintable() \
+                or len(self.scrollback.partial_line) + len(request.text) >= self.options.cols - 1:
+            return None
+        return text
 
     def _typed_line_by_line(self, request: SendRequest, payload: bytes) -> bool:
         """Whether ``payload`` goes in a line at a time: a multi-line text typed ahead (see

@@ -125,7 +125,15 @@ def _foreground(r: ForegroundSendResult, cap: int) -> str:
         meta.append(f"[{unsent_note(r.unsent, r.text_cut_by)}]")
     if r.unseen is not None:
         meta.append(f"[{unseen_note(r.unseen.lines, r.unseen.offset)}]")
+    if r.echo_off:
+        meta.append(f"[{ECHO_OFF_NOTE}]")
     return render_capped(meta, r.viewport, cap, keep_tail=True, cut=r.truncated)
+
+
+#: What to tell when the shell ran a command without showing it as typed (``echoOff``).
+ECHO_OFF_NOTE = ("echo off: the command ran but was not shown as typed - a program left the terminal with its "
+                 "echo off (stty -echo, or a password prompt or full-screen program that did not restore it); "
+                 "send `stty sane` to turn it back on (a command typed while it is off is not shown either)")
 
 
 def unseen_note(lines: int, offset: int) -> str:

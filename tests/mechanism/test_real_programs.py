@@ -1219,3 +1219,23 @@ def test_a_python_older_than_the_package_started_in_a_shell_starts_cleanly(term)
         assert "\nFalse []\n" in r.viewport, (version, r.viewport)
         term("exit()")
     shell_gets_the_next_command(term)
+
+
+@pytest.mark.parametrize("left_by", ["stty -echo",
+                                     "python3 -c 'import curses; curses.initscr(); curses.noecho(); "
+                                     "curses.cbreak(); import os; os._exit(1)'"])
+def test_a_terminal_left_with_echo_off_is_told(agent_tools, left_by):
+    """A program that turns the terminal's echo off and ends without turning it back on (``stty -echo``, a
+    curses program that crashed) leaves the shell's line editor not showing what it reads: every later
+    command ran unseen (``$ visible`` for ``echo visible``), and nothing said why.  The result says so, and
+    what to send."""
+    tools, agent = agent_tools
+    sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    r = tools.call("terminal_send", {"sessionId": sid, "text": left_by}, agent=agent)
+    assert r.wait_reason == "stdin_read" and not r.echo_off, r
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "echo visible"}, agent=agent)
+    assert r.echo_off and r.viewport.startswith("$ visible"), r
+    text = tools.call_text("terminal_send", {"sessionId": sid, "text": "stty sane"}, agent=agent)
+    assert "[echo off: " in text and "send `stty sane`" in text, text
+    r = tools.call("terminal_send", {"sessionId": sid, "text": "echo back"}, agent=agent)
+    assert not r.echo_off and r.viewport.endswith("$ echo back\nback\n$ "), r
