@@ -9,6 +9,7 @@ and ``python`` (a python3 REPL).  Third parties register more through the
 """
 from __future__ import annotations
 
+import ast
 import functools
 import os
 import shutil
@@ -17,7 +18,7 @@ import sys
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.metadata import entry_points
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 from ..errors import BackendError, shown
 
@@ -46,6 +47,9 @@ class LaunchSpec:
     #: The program runs under a process of the backend's own that only waits for it (see :func:`reaped`):
     #: the session looks through it to the program, as through the sandbox's.
     wrapped: bool = False
+    #: Whether a text is code the program's REPL must get whole, as one bracketed paste, to run it as a file
+    #: would (see :func:`python_code_block`); None: only what any line editor would change is pasted.
+    code_block: Callable[[str], bool] | None = None
 
 
 #: ``sh -c`` under which :func:`reaped` runs a program: it waits for the program and exits with its status.  A
@@ -104,7 +108,29 @@ class PythonBackend:
                **readline_env()}
         version = ".".join(map(str, sys.version_info[:3]))
         argv, wrapped = reaped([sys.executable, "-q", "-i"])
-        return LaunchSpec(argv, env, f"python {version} REPL; prompt '>>> '", wrapped)
+        return LaunchSpec(argv, env, f"python {version} REPL; prompt '>>> '", wrapped, python_code_block)
+
+
+#: Statements the REPL reads to a blank line: typed, ``for x in xs: print(x)`` left it at ``...``.
+_COMPOUND = tuple(getattr(ast, name) for name in ("If", "For", "AsyncFor", "While", "With", "AsyncWith", "Try",
+                                                    "TryStar", "FunctionDef", "AsyncFunctionDef", "ClassDef",
+                                                    "Match") if hasattr(ast, name))
+#: The longest text looked at (parsed on the session loop; a model's code is far shorter).
+MAX_CODE_BLOCK = 64 * 1024
+
+
+def python_code_block(text: str) -> bool:
+    """Whether ``text`` is Python - as a file reads it, in this interpreter's grammar (the python session's)
+    - with a compound statement: typed, the REPL's grammar ran it otherwise.  A one-line ``for``, ``with`` or
+    ``def`` waited at ``...`` for a blank line (the next send was a ``SyntaxError``, and the statement never
+    ran), and a statement right after a block on its own lines was one.  Indented text is pasted anyway."""
+    if ":" not in text or len(text) > MAX_CODE_BLOCK:
+        return False
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return any(isinstance(node, _COMPOUND) for node in tree.body)
 
 
 _BASH_VERSION: dict[str, str] = {}

@@ -159,13 +159,16 @@ class SendRequest:
             object.__setattr__(self, "text", self.text.replace("\r\n", "\n"))
 
     def payload(self, application_cursor: bool = False, paste: bool = False, enter: bytes = ENTER,
-                newline: bytes = LINE_FEED) -> bytes:
+                newline: bytes = LINE_FEED, block: bool = False) -> bytes:
         """The bytes to write (raises for an unknown key name); ``paste``: the text as a bracketed paste
         (see :meth:`wants_paste`), the keys and ``enter`` after it; ``newline``: what a line end inside the
-        text sends (a CR - the Enter key - to a full-screen program, as a terminal pastes it)."""
+        text sends (a CR - the Enter key - to a full-screen program, as a terminal pastes it); ``block``: a
+        paste of one line ends with a line end (the python session's REPL runs such a paste as a block)."""
         data = self.text.encode("utf-8", "surrogateescape")
         if newline != LINE_FEED:
             data = data.replace(LINE_FEED, newline)
+        if block and LINE_FEED not in data:
+            data += LINE_FEED
         if paste:
             data = PASTE_START + data + PASTE_END
         if self.keys:

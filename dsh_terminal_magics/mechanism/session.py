@@ -615,6 +615,10 @@ class Session:
             return typed, escape_sent
         if screen.bracketed_paste and request.wants_paste():
             return request.payload(screen.application_cursor, paste=True), escape_sent
+        if screen.bracketed_paste and self.spec.code_block is not None and not request.keys \
+                and self.spec.code_block(request.text):
+            # (ending in a line end, a one-line block is a block: the REPL runs it as it runs a pasted one)
+            return request.payload(screen.application_cursor, paste=True, block=True), escape_sent
         if request.types_ahead():
             return request.payload(screen.application_cursor, enter=LINE_FEED), escape_sent
         return typed, escape_sent

@@ -894,6 +894,30 @@ def test_code_sent_to_the_python_session_runs_as_a_file_would(agent_tools):
     assert r.wait_reason == "session_exit" and r.exit_code == 3, r
 
 
+def test_one_line_blocks_sent_to_the_python_session_run_as_a_file_would(agent_tools):
+    """Code with a compound statement on one line (``for x in xs: print(x)``, ``with ... as f: ...``, ``def
+    f(): ...``) has no indented line, so it was typed, by the REPL's rules: alone it waited at ``...`` for a
+    blank line - the statement never ran and the next send was a ``SyntaxError`` - and followed by another
+    statement it was one.  It is pasted as a block now, and runs as a file would."""
+    tools, agent = agent_tools
+    sid = tools.call("terminal_open", {"type": "python"}, agent=agent).session_id
+
+    def send(text: str) -> str:
+        r = tools.call("terminal_send", {"sessionId": sid, "text": text}, agent=agent)
+        assert r.wait_reason == "stdin_read" and not r.echo_off, r
+        return r.viewport
+
+    assert send("for i in range(2): print('loop', i)").endswith("loop 0\nloop 1\n>>> ")
+    assert send("def f(): return 6 * 7").endswith(">>> ")
+    assert send("f()").endswith("\n42\n>>> ")
+    assert send("if f() > 40: big = True\nelse: big = False\nprint('big', big)").endswith("big True\n>>> ")
+    assert send("with open(__import__('os').devnull) as fh: data = fh.read()\nprint(repr(data))").endswith(
+        "\n''\n>>> ")
+    viewport = send("x = input('? ')")  # (no compound statement: typed, and input() reads the next text)
+    assert viewport.endswith("? ") and "Error" not in send("while False: pass"), viewport
+    assert send("x").endswith("'while False: pass'\n>>> ")
+
+
 def test_a_python_started_in_the_shell_runs_blocks_whole(term):
     """An agent as often types ``python3`` in its shell as it opens a python session: the shell points
     ``PYTHONSTARTUP`` at the same start-up file, so that REPL runs blocks whole too."""
