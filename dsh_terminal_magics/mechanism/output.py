@@ -295,7 +295,8 @@ class ScrollbackBuffer:
     Lines are numbered from 1 at session start and keep their numbers when old
     lines are evicted.  The unfinished last line (a prompt, a progress bar) is
     line ``completed + 1`` and is shown when it is not empty.  Bounds: at most
-    ``max_lines`` lines and ``max_chars`` characters; a single line longer than
+    ``max_lines`` lines and ``max_chars`` characters - a quarter of that once
+    text beyond ASCII came (see :meth:`append`); a single line longer than
     ``max_line_chars`` is cut and marked.
     """
 
@@ -304,7 +305,7 @@ class ScrollbackBuffer:
     def __init__(self, max_lines: int = 10_000, max_chars: int = 4 * 1024 * 1024,
                  max_line_chars: int = 64 * 1024) -> None:
         self.max_lines = max_lines
-        self.max_chars = max_chars
+        self.max_chars = self._ascii_max_chars = max_chars
         self.max_line_chars = max_line_chars
         self._lines: deque[str] = deque(maxlen=max_lines)
         self._chars = 0
@@ -324,9 +325,17 @@ class ScrollbackBuffer:
 
     # -- writing -----------------------------------------------------------
     def append(self, text: str) -> None:
-        """Add cleaned text (only printable characters, TAB, LF, CR, BS and cursor-motion marks)."""
+        """Add cleaned text (only printable characters, TAB, LF, CR, BS and cursor-motion marks).
+
+        The first text beyond ASCII cuts ``max_chars`` to a quarter, for good: Python keeps such a line at up
+        to four bytes a character (an emoji), and a session's 4 M characters of them held 16 MiB - 64 of one
+        agent's sessions over a gigabyte of the kernel's memory.  (A chunk that is all ASCII says so at once;
+        counting each line's own width would cost every chunk a pass over its lines.)"""
         if not text:
             return
+        if not text.isascii() and self.max_chars == self._ascii_max_chars:
+            self.max_chars //= 4
+            self._evict_chars()
         if "\r" in text:  # CRLF (how a PTY ends lines) to LF: deleting CRs is three times faster where all are so
             if _LONE_CR.search(text) is None:
                 text = text.replace("\r", "")

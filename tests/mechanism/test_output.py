@@ -64,6 +64,25 @@ def test_bounds_and_numbering():
     assert begin == 901 and len(lines) == 100
 
 
+def test_text_beyond_ascii_keeps_a_quarter_of_the_characters():
+    """Python keeps a line with an emoji at four bytes a character: 4 M characters of them held 16 MiB, for
+    every session.  Once such text comes, the buffer keeps a quarter of the characters (about the same
+    memory); text that is all ASCII keeps them all."""
+    import sys
+    ascii_only = ScrollbackBuffer(max_lines=10_000, max_chars=40_000)
+    ascii_only.append("".join("x" * 99 + "\n" for _ in range(1000)))
+    assert 39_000 <= ascii_only._chars <= 40_000
+    wide = ScrollbackBuffer(max_lines=10_000, max_chars=40_000)
+    wide.append("".join("x" * 99 + "\n" for _ in range(100)))
+    assert wide._chars == 9_900  # (under both bounds: all kept)
+    wide.append("".join("\U0001F600" * 99 + "\n" for _ in range(1000)))
+    kept = list(wide.iter_lines(wide.first_line, wide.completed_lines))
+    assert wide._chars == sum(map(len, kept)) <= 10_000 and kept[-1] == "\U0001F600" * 99
+    assert sum(map(sys.getsizeof, kept)) <= 10_000 * 4 + 200 * len(kept)
+    wide.append("".join("y" * 99 + "\n" for _ in range(1000)))  # (for good: ASCII again keeps a quarter)
+    assert wide._chars <= 10_000
+
+
 def test_long_line_is_cut_and_marked():
     sb = ScrollbackBuffer(max_line_chars=1000)
     for _ in range(100):
