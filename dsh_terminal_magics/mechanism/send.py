@@ -138,7 +138,10 @@ class SendRequest:
 
     ``text`` is written as is (its CRLF line ends as LF: a CR then an LF
     were two line ends, an empty command after each line), then the named
-    ``keys``, then Enter, a CR, when ``submit``.  The wait ends at the
+    ``keys``, then Enter, a CR, when ``submit`` - which a text that ends in a
+    line end (and has no keys) already has: its last line end is that Enter.
+    A second one answered the next prompt unseen: ``apt install x⏎`` took
+    the default of "Do you want to continue? [Y/n]".  The wait ends at the
     first of: the program reads the tty
     again (``stdin_read``), ``idle`` seconds without output
     (``inferred_idle``), ``timeout`` seconds from the start, the write
@@ -157,6 +160,8 @@ class SendRequest:
     def __post_init__(self) -> None:
         if "\r\n" in self.text:  # (Windows line ends: one line end each, as a terminal pastes them)
             object.__setattr__(self, "text", self.text.replace("\r\n", "\n"))
+        if self.submit and not self.keys and self.text.endswith("\n"):
+            object.__setattr__(self, "text", self.text[:-1])
 
     def payload(self, application_cursor: bool = False, paste: bool = False, enter: bytes = ENTER,
                 newline: bytes = LINE_FEED, block: bool = False) -> bytes:

@@ -74,7 +74,8 @@ class SendArgsForeground(_Args):
 
     session_id: StrictStr = Field(alias="sessionId", description="Session id from terminal_open.")
     text: StrictStr = Field(description="Text to write exactly as given.")
-    submit: StrictBool = Field(True, description="Press Enter after the text (default true). Set false for "
+    submit: StrictBool = Field(True, description="Press Enter after the text (default true; a text ending in a "
+                                                 "line end has its Enter: no second one). Set false for "
                                                  "control characters or partial input.")
     timeout: float = Field(30.0, gt=0, le=MAX_WAIT_SECONDS, allow_inf_nan=False,
                            description="Extra: most seconds to wait (default 30).")

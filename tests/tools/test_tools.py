@@ -654,3 +654,18 @@ def test_only_blank_lines_between_sends_are_not_pointed_at(tools, agent, shell):
     wait_for(lambda: session.last_exit_code == 130)
     r = tools.call("terminal_send", {"sessionId": shell, "text": "echo after"}, agent=agent)
     assert r.unseen is None and r.exit_code == 0 and r.viewport.endswith("after\n$ "), r
+
+
+def test_a_text_ending_in_a_line_end_is_not_given_a_second_enter(tools, agent, shell):
+    """A text's last line end is the Enter ``submit`` presses: a second one answered the next prompt before
+    the model saw it - ``read -p 'continue [Y/n]? '`` came back answered with its default."""
+    text = "read -p 'continue [Y/n]? ' ans; echo ans=[$ans]\n"
+    r = tools.call("terminal_send", {"sessionId": shell, "text": text}, agent=agent)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("continue [Y/n]? "), r
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "n\n"}, agent=agent)
+    assert r.viewport.splitlines()[-2:] == ["ans=[n]", "$ "], r
+    # Two line ends are one empty line more; with submit false, or keys after it, the text is as given.
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "read a; read b; echo [$a][$b]\n\n"}, agent=agent)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("\n"), r
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "B\n", "submit": False}, agent=agent)
+    assert r.viewport.splitlines()[-2:] == ["[][B]", "$ "], r
