@@ -140,8 +140,8 @@ class SendRequest:
     were two line ends, an empty command after each line), then the named
     ``keys``, then Enter, a CR, when ``submit`` - which a text that ends in a
     line end (and has no keys) already has: its last line end is that Enter.
-    A second one answered the next prompt unseen: ``apt install x⏎`` took
-    the default of "Do you want to continue? [Y/n]".  The wait ends at the
+    A second one answered the next prompt unseen: ``read -p '[Y/n]? ' a⏎``
+    came back answered with its default.  The wait ends at the
     first of: the program reads the tty
     again (``stdin_read``), ``idle`` seconds without output
     (``inferred_idle``), ``timeout`` seconds from the start, the write
