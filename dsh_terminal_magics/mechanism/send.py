@@ -160,7 +160,7 @@ class SendRequest:
     def __post_init__(self) -> None:
         if "\r\n" in self.text:  # (Windows line ends: one line end each, as a terminal pastes them)
             object.__setattr__(self, "text", self.text.replace("\r\n", "\n"))
-        if self.submit and not self.keys and self.text.endswith("\n"):
+        if self.submit and not self.keys and self.text.endswith(("\n", "\r")):  # (a lone CR is Enter too)
             object.__setattr__(self, "text", self.text[:-1])
 
     def payload(self, application_cursor: bool = False, paste: bool = False, enter: bytes = ENTER,

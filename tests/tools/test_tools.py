@@ -664,6 +664,10 @@ def test_a_text_ending_in_a_line_end_is_not_given_a_second_enter(tools, agent, s
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("continue [Y/n]? "), r
     r = tools.call("terminal_send", {"sessionId": shell, "text": "n\n"}, agent=agent)
     assert r.viewport.splitlines()[-2:] == ["ans=[n]", "$ "], r
+    r = tools.call("terminal_send", {"sessionId": shell, "text": text.replace("\n", "\r")}, agent=agent)
+    assert r.viewport.endswith("continue [Y/n]? "), r  # (a lone CR, the Enter key, likewise)
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "y\r\n"}, agent=agent)
+    assert r.viewport.splitlines()[-2:] == ["ans=[y]", "$ "], r
     # Two line ends are one empty line more; with submit false, or keys after it, the text is as given.
     r = tools.call("terminal_send", {"sessionId": shell, "text": "read a; read b; echo [$a][$b]\n\n"}, agent=agent)
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("\n"), r
