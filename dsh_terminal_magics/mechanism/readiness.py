@@ -312,6 +312,12 @@ class ReadinessProbe:
         modes = self._modes()
         return modes is None or bool(modes[3] & termios.ICANON)
 
+    def echoes(self) -> bool:
+        """True while the terminal echoes what is typed (a password prompt turns that off).  True when not
+        known."""
+        modes = self._modes()
+        return modes is None or bool(modes[3] & termios.ECHO)
+
     def _modes(self) -> list[Any] | None:
         """The terminal's modes (``termios.tcgetattr``'s list), or None when they cannot be read."""
         try:

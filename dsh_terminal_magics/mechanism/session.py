@@ -528,6 +528,14 @@ class Session:
         op.start(fence, written, events[1:], to_command, LINE_WAIT if by_line else KEY_EVENT_WAIT, reader)
         return op
 
+    def shows_what_is_typed(self) -> bool:
+        """Whether text typed now would be shown: our shell or REPL sits at its prompt (its line editor draws
+        what it reads), or the terminal echoes (no password prompt has turned that off).  True when not
+        known."""
+        if self.marks_prompts and not self._typed_since_prompt:
+            return True
+        return self.probe is None or self.probe.echoes()
+
     def _echo_to_expect(self, request: SendRequest) -> str | None:
         """The line our shell or REPL, at its prompt, must show as ``request`` types it (its line editor echoes
         what it reads): a one-line printable text, no keys, that fits on the prompt's row - else None.  A

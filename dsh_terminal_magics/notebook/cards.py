@@ -66,7 +66,8 @@ def _target(call: ToolCall) -> str:
 
 
 def _terminal_body(call: ToolCall, result: ForegroundSendResult) -> str:
-    command = html.escape(str(call.args.get("text", "")))
+    text = str(call.args.get("text", ""))
+    command = f"(a secret: {len(text)} characters, not shown)" if call.secret else html.escape(text)
     raw = result.raw_output.decode("utf-8", "replace") if result.raw_output else result.viewport
     screen = ansi_to_html("\n".join(terminal_lines(sanitize_stream(raw, line_motion=True))))
     exit_code = "-" if result.exit_code is None else result.exit_code

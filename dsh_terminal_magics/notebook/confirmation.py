@@ -16,7 +16,8 @@ class ConfirmationPrompt:
     def __init__(self, call: ToolCall) -> None:
         self.answer: Optional[bool] = None
         self._event = threading.Event()
-        command = html.escape(typed_payload(call.args).encode("unicode_escape").decode("ascii"))
+        command = "(a secret, not shown)" if call.secret else \
+            html.escape(typed_payload(call.args).encode("unicode_escape").decode("ascii"))
         agent = html.escape(str(getattr(call.agent, "name", "agent")))
         self.label = widgets.HTML(f"<b>{agent}</b> wants to type <code>{command}</code> — allow?")
         self.yes = widgets.Button(description="Yes", button_style="success")

@@ -10,13 +10,14 @@ notebook.
 """
 from __future__ import annotations
 
+import getpass
 import re
 import shlex
 import sys
 import time
 from typing import Any, Callable
 
-from IPython.core.error import UsageError
+from IPython.core.error import StdinNotImplementedError, UsageError
 from IPython.core.magic import Magics, line_cell_magic, line_magic, magics_class, no_var_expand
 from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, Dict, Float, Int, TraitError, observe, validate
@@ -359,6 +360,9 @@ class TerminalMagics(Magics):
     @argument("--keys", default=None, help="Named keys sent after the text, comma-separated (Esc,:,w,q,Enter; a "
                                            "comma key as itself: Esc,,,w); "
                                            "no Enter follows them unless named.")
+    @argument("--secret", action="store_true", help="Ask for the text in a password box and send it: it is not "
+                                                    "shown, nor kept in the notebook or its history (a password "
+                                                    "prompt). Refused while the terminal would show it as typed.")
     @agent_option
     @no_var_expand
     @line_cell_magic
@@ -385,6 +389,8 @@ class TerminalMagics(Magics):
         """
         tokens, text = split_options(line, self.term_send.parser)
         args = parse_options(self.term_send, tokens)
+        if args.secret:
+            return self._send_secret(args, text, cell)
         if cell is not None:
             if text.strip():
                 raise UsageError("%%term_send: put the text in the cell body, only options on the first line")
@@ -400,8 +406,28 @@ class TerminalMagics(Magics):
         pieces = text.split("\n") if (args.lines and cell is not None) else [text]
         return self._send_foreground(owner, sid, pieces, args.no_submit, timeout, idle, keys)
 
+    def _send_secret(self, args: Any, text: str, cell: str | None) -> TermResult:
+        """``%term_send --secret``: the text from a password box, sent when the terminal would not show it."""
+        if text.strip() or cell is not None or args.bg or args.lines or args.keys:
+            raise UsageError("%term_send --secret asks for the text in a password box: give no text, cell, "
+                             "--bg, --lines or --keys with it")
+        owner = self._owner(args.agent)
+        sid = self._session(args.session, owner)
+        session = self.tools.manager.session(owner, sid)
+        if self.tools.manager.loop_thread.call(session.shows_what_is_typed):
+            raise UsageError(f"session {sid} would show the secret as it is typed (no password prompt is waiting: "
+                             "the terminal echoes, or the shell is at its prompt); send it once the program asks")
+        try:
+            secret = getpass.getpass("text for the terminal (not shown, not kept): ")
+        except StdinNotImplementedError:
+            raise UsageError("%term_send --secret asks in a password box, which this frontend does not offer "
+                             "(it runs cells without input: nbval, a headless run)") from None
+        timeout = args.timeout if args.timeout is not None else self.timeout
+        idle = args.idle if args.idle is not None else self.idle
+        return self._send_foreground(owner, sid, [secret], args.no_submit, timeout, idle, secret=True)
+
     def _send_foreground(self, owner: Agent, sid: str, pieces: list[str], no_submit: bool, timeout: float,
-                         idle: float, keys: tuple[str, ...] = ()) -> TermResult:
+                         idle: float, keys: tuple[str, ...] = (), secret: bool = False) -> TermResult:
         """Each piece is one ``terminal_send`` through the tools (policies, observers and limits included),
         its output streamed into the cell as it arrives.  Without ``no_submit`` a piece gets the tool's default
         Enter: after the text, not after named keys."""
@@ -414,7 +440,7 @@ class TerminalMagics(Magics):
             if keys and index == len(pieces) - 1:
                 call["keys"] = list(keys)
             res = self.tools.call("terminal_send", call, agent=owner, on_output=stream.write,
-                                  show_prompt=index == 0)
+                                  show_prompt=index == 0, secret=secret)
             if not hasattr(res, "wait_reason"):  # a policy supplied the result
                 return TermResult(res, str(self.tools.render(res)))
             if res.interrupted or res.wait_reason in ("timeout", "session_exit"):

@@ -54,6 +54,9 @@ class ToolCall:
     name: str
     args: dict[str, Any]
     agent: Any
+    #: The text is a secret the notebook user typed into a password box (``%term_send --secret``): what shows
+    #: calls (cards) leaves it out.
+    secret: bool = False
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,8 @@ class TerminalTools:
 
     # -- calls ----------------------------------------------------------------------------
     def call(self, name: str, args: dict[str, Any] | None = None, *, agent: Agent | None = None,
-             on_output: Callable[[str], None] | None = None, show_prompt: bool = True) -> BaseModel:
+             on_output: Callable[[str], None] | None = None, show_prompt: bool = True,
+             secret: bool = False) -> BaseModel:
         """Run tool ``name``; returns its typed result or raises :class:`TerminalError`.
 
         Ctrl-C (a kernel interrupt) during a foreground send interrupts the
@@ -105,13 +106,14 @@ class TerminalTools:
         (colours kept) as it arrives, starting with output that arrived since
         the previous streamed send, or else with the prompt the program shows
         (unless ``show_prompt`` is false); Ctrl-C then interrupts the program
-        and the call still returns its result.
+        and the call still returns its result.  ``secret``: the text is one the user typed into a password
+        box - observers (cards) are told not to show it.
         """
         parsed = self._check(name, args, agent)
         assert agent is not None
         if not (self.policies or self.observers):
             return self._execute(ToolCall(name, {}, agent), parsed, on_output, show_prompt)
-        call = ToolCall(name, parsed.model_dump(by_alias=True), agent)
+        call = ToolCall(name, parsed.model_dump(by_alias=True), agent, secret)
         engine = PolicyEngine(self.policies, self._validate,
                               lambda c, p: self._execute(c, p, on_output, show_prompt))
         try:

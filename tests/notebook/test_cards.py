@@ -31,3 +31,18 @@ def test_cards_stack_in_order_and_escape_output(agent):
         assert len(cards.cards) == 7
     finally:
         tools.shutdown()
+
+
+def test_a_secret_sends_card_leaves_the_text_out(agent):
+    """``%term_send --secret`` calls with ``secret``: the card of that send does not show the text."""
+    tools = TerminalTools()
+    try:
+        cards = show_cards(tools, display=False)
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        tools.call("terminal_send", {"sessionId": sid, "text": "read -s P"}, agent=agent)
+        tools.call("terminal_send", {"sessionId": sid, "text": "s3cr3t-words"}, agent=agent, secret=True)
+        assert "s3cr3t" not in cards.cards[-1] and "(a secret: 12 characters, not shown)" in cards.cards[-1]
+        assert "read -s P" in cards.cards[-2]
+        cards.close()
+    finally:
+        tools.shutdown()

@@ -170,3 +170,29 @@ def test_a_session_sees_the_environment_the_kernel_was_started_with_not_what_it_
         assert "[] [] [] [1] [] [kept]" in out.splitlines(), out
     finally:
         kernel.stop()
+
+
+def test_a_secret_goes_from_a_password_box_to_the_prompt_and_nowhere_else(kernel):
+    """``%term_send --secret`` asks the notebook's frontend for the text in a password box (an input request
+    with ``password``) and sends it: the cell holds no secret, and no output or card shows it.  Asked while the
+    terminal would show it as typed (the shell at its prompt), it refuses before asking."""
+    secret = "hunter2-" + os.urandom(4).hex()
+    assert kernel.run("%load_ext dsh_terminal_magics\n%term_open")[0] == "ok"
+    status, out = kernel.run("%term_send --secret")
+    assert status == "error" and "would show the secret" in out, out
+    status, out = kernel.run("%term_send read -s -p 'pw: ' P; echo; echo got ${#P} chars $P | tr a-z A-Z")
+    assert status == "ok" and "\npw: \n[wait: stdin_read" in out, out
+    asked: list[dict] = []
+    messages: list[str] = []
+
+    def answer(msg: dict) -> None:
+        asked.append(msg["content"])
+        kernel.kc.input(secret)
+
+    reply = kernel.kc.execute_interactive("%term_send --secret", timeout=60, allow_stdin=True, stdin_hook=answer,
+                                          output_hook=lambda msg: messages.append(json.dumps(msg["content"])))
+    assert reply["content"]["status"] == "ok", messages
+    assert len(asked) == 1 and asked[0]["password"] is True, asked
+    shown = "".join(messages)
+    assert f"GOT {len(secret)} CHARS {secret.upper()}" in shown, shown
+    assert secret not in shown, shown
