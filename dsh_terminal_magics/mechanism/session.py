@@ -20,7 +20,7 @@ from ptyprocess import PtyProcess
 
 from ..errors import BackendError, SessionBusyError, SessionNotRunningError, TerminalError
 from ..vocabulary import SessionStatus
-from .backends import LaunchSpec
+from .backends import LaunchSpec, python_code_block
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents, keyed_marker_at
 from .process_tree import ProcessStat, TreeToEnd, read_proc, subtree_table
 from .pty_child import PtyChild
@@ -107,6 +107,10 @@ class Session:
         #: its prompt, and a query from its group is no command's (see :meth:`deliver_answers`).  True when
         #: no marker tells (a REPL: its answers are always delivered).
         self._typed_since_prompt = True
+        #: Whether the last prompt marker came from another REPL of ours - the python console a ``python3``
+        #: started in our shell runs (see python_rc.py), which keys its markers with a key of its own - and
+        #: nothing was typed since: it gets Python code as the python session's does (see :meth:`_code_block`).
+        self._nested_console_at_prompt = False
         #: Counts the signal keys :meth:`type_input` typed: what it was typing before the last one stops.
         self._typing_stopped = 0
         self.last_wait_reason: str | None = None
@@ -356,6 +360,8 @@ class Session:
     def _handle_events(self, events: TerminalEvents) -> None:
         op = self.operation
         codes = self._exit_codes(events.exit_markers) if events.exit_markers else None
+        if events.exit_markers:
+            self._nested_console_at_prompt = not codes and self._marker_key is not None
         if codes:
             self._typed_since_prompt = False
             self.screen.bracketed_paste = False  # our shell at its prompt (its line editor pastes nothing)
@@ -519,6 +525,7 @@ class Session:
             self.child.restart_output()
         if payload:
             self._typed_since_prompt = True
+            self._nested_console_at_prompt = False
         op = SendOperation(self, request, payload, escape_sent)  # (its output is read only after this returns)
         op.echo_expected = echo
         self.reservation = holder
@@ -623,8 +630,8 @@ class Session:
             return typed, escape_sent
         if screen.bracketed_paste and request.wants_paste():
             return request.payload(screen.application_cursor, paste=True), escape_sent
-        if screen.bracketed_paste and self.spec.code_block is not None and not request.keys \
-                and self.spec.code_block(request.text):
+        code_block = self.spec.code_block or (python_code_block if self._nested_console_at_prompt else None)
+        if screen.bracketed_paste and code_block is not None and not request.keys and code_block(request.text):
             # (ending in a line end, a one-line block is a block: the REPL runs it as it runs a pasted one)
             return request.payload(screen.application_cursor, paste=True, block=True), escape_sent
         if request.types_ahead():

@@ -926,6 +926,11 @@ def test_a_python_started_in_the_shell_runs_blocks_whole(term):
     assert r.wait_reason == "stdin_read" and r.viewport.endswith(">>> "), r.viewport
     r, _ = term("def f():\n    x = 20\n\n    return x + 1\n\nprint('called', f() * 2)")
     assert "called 42" in r.viewport and "Error" not in r.viewport, r.viewport
+    # One-line blocks too: its prompts' markers carry a key of its own, which tells the session it is ours.
+    r, _ = term("for i in range(2): print('nested', i)")
+    assert r.viewport.endswith("nested 0\nnested 1\n>>> "), r.viewport
+    r, _ = term("def g(): return 6 * 7\nprint('g', g())")
+    assert r.viewport.endswith("g 42\n>>> "), r.viewport
     r, _ = term("exit()")
     assert r.viewport.endswith("$ "), r.viewport
     shell_gets_the_next_command(term)
