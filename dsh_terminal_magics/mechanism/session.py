@@ -109,7 +109,7 @@ class Session:
         self._typed_since_prompt = True
         #: Whether the last prompt marker came from another REPL of ours - the python console a ``python3``
         #: started in our shell runs (see python_rc.py), which keys its markers with a key of its own - and
-        #: nothing was typed since: it gets Python code as the python session's does (see :meth:`_code_block`).
+        #: nothing was typed since: it gets Python code as the python session's does (see :meth:`_keys_and_text`).
         self._nested_console_at_prompt = False
         #: Counts the signal keys :meth:`type_input` typed: what it was typing before the last one stops.
         self._typing_stopped = 0
@@ -360,8 +360,9 @@ class Session:
     def _handle_events(self, events: TerminalEvents) -> None:
         op = self.operation
         codes = self._exit_codes(events.exit_markers) if events.exit_markers else None
-        if events.exit_markers:
-            self._nested_console_at_prompt = not codes and self._marker_key is not None
+        if events.exit_markers:  # (a marker with no key is a program's output forging one: it tells nothing)
+            self._nested_console_at_prompt = not codes and self._marker_key is not None \
+                and any(key and key != self._marker_key for _, key in events.exit_markers)
         if codes:
             self._typed_since_prompt = False
             self.screen.bracketed_paste = False  # our shell at its prompt (its line editor pastes nothing)

@@ -205,7 +205,7 @@ class ForegroundSendResult(_Result):
     unsent: Optional[int] = Field(None, exclude_if=lambda v: v is None)
     unseen: Optional[UnseenOutput] = Field(None, exclude_if=lambda v: v is None)
     #: The shell or REPL ran the command without showing it as typed: the terminal's echo is off (see
-    #: :func:`echo_off_note`).
+    #: ``ECHO_OFF_NOTE`` in render.py).
     echo_off: Optional[bool] = Field(None, alias="echoOff", exclude_if=lambda v: v is None)
     #: Not part of the seed's JSON: (raw output, screen text, interrupted, text cut by), set by
     #: :meth:`with_extras` - a plain slot, not a pydantic private attribute: those are set up (in Python) on every
