@@ -264,6 +264,10 @@ class SendResult:
     #: is off - a program turned it off (``stty -echo``, a password prompt or a curses program that ended
     #: without restoring it) and the line editor has kept that since.
     echo_off: bool = False
+    #: Bytes of the input written that no program has read when the wait ended without a prompt
+    #: (``inferred_idle``, ``timeout``): typed ahead while a command ran that does not read the terminal now
+    #: (``sleep``, a build) - they wait for whoever reads next.
+    unread: int = 0
 
 
 class SendOperation:
@@ -996,6 +1000,9 @@ class SendOperation:
                 echo_off = self.echo_expected not in viewport.partition("\n")[0]
         exit_code = session.exit_status if reason == "session_exit" else self._exit_code_now()
         raw, _lost = session.raw.since(self.raw_offset)
+        unread = 0
+        if reason in ("inferred_idle", "timeout") and self.payload and not self.unsent and session.probe is not None:
+            unread = max(session.probe.unread_input(), 0)
         return SendResult(reason, viewport, cut, session.public_status, exit_code, self.cancel_requested,
                           self.bell, time.monotonic() - self.started, raw[-limit:], snapshot,
-                          self.unsent, self.text_cut_by if self.unsent else None, unseen, echo_off)
+                          self.unsent, self.text_cut_by if self.unsent else None, unseen, echo_off, unread)

@@ -58,7 +58,7 @@ def foreground_result(r: SendResult) -> ForegroundSendResult:
                                   bell=True if r.bell else None, screen=screen, unsent=r.unsent or None,
                                   unseen=None if r.unseen is None else UnseenOutput(lines=r.unseen[0],
                                                                                     offset=r.unseen[1]),
-                                  echo_off=True if r.echo_off else None)
+                                  echo_off=True if r.echo_off else None, unread=r.unread or None)
     return result.with_extras(r.raw_output, r.screen.text() if r.screen is not None else None, r.cancelled,
                               r.text_cut_by)
 

@@ -207,6 +207,8 @@ class ForegroundSendResult(_Result):
     #: The shell or REPL ran the command without showing it as typed: the terminal's echo is off (see
     #: ``ECHO_OFF_NOTE`` in render.py).
     echo_off: Optional[bool] = Field(None, alias="echoOff", exclude_if=lambda v: v is None)
+    #: Bytes of the input typed that no program has read yet (see :func:`unread_note`).
+    unread: Optional[int] = Field(None, exclude_if=lambda v: v is None)
     #: Not part of the seed's JSON: (raw output, screen text, interrupted, text cut by), set by
     #: :meth:`with_extras` - a plain slot, not a pydantic private attribute: those are set up (in Python) on every
     #: result, which cost more than the rest of the result together on the hot path of every send.

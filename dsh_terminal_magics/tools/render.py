@@ -127,6 +127,8 @@ def _foreground(r: ForegroundSendResult, cap: int) -> str:
         meta.append(f"[{unseen_note(r.unseen.lines, r.unseen.offset)}]")
     if r.echo_off:
         meta.append(f"[{ECHO_OFF_NOTE}]")
+    if r.unread:
+        meta.append(f"[{unread_note(r.unread)}]")
     return render_capped(meta, r.viewport, cap, keep_tail=True, cut=r.truncated)
 
 
@@ -134,6 +136,13 @@ def _foreground(r: ForegroundSendResult, cap: int) -> str:
 ECHO_OFF_NOTE = ("echo off: the command ran but was not shown as typed - a program left the terminal with its "
                  "echo off (stty -echo, or a password prompt or full-screen program that did not restore it); "
                  "send `stty sane` to turn it back on (a command typed while it is off is not shown either)")
+
+
+def unread_note(unread: int) -> str:
+    """What to tell about input written that no program has read when the wait ended (``unread``)."""
+    return (f"unread: no program has read the last {unread} bytes typed - the command running now does not "
+            "read the terminal (or is busy); they wait for whoever reads next (the shell, once it ends); "
+            "send keys C-c to drop them and stop the command")
 
 
 def unseen_note(lines: int, offset: int) -> str:

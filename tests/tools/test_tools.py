@@ -673,3 +673,19 @@ def test_a_text_ending_in_a_line_end_is_not_given_a_second_enter(tools, agent, s
     assert r.wait_reason == "stdin_read" and r.viewport.endswith("\n"), r
     r = tools.call("terminal_send", {"sessionId": shell, "text": "B\n", "submit": False}, agent=agent)
     assert r.viewport.splitlines()[-2:] == ["[][B]", "$ "], r
+
+
+def test_text_typed_while_a_command_runs_that_does_not_read_is_told_unread(tools, agent, shell, tmp_path):
+    """A text sent while a command runs that does not read the terminal (a send that timed out left ``sleep``
+    running) waits in the terminal's input, and the send ends on silence with nothing to show: it looked like
+    a command that ran and printed nothing.  The result says how many bytes no program has read."""
+    go = tmp_path / "go"
+    r = tools.call("terminal_send", {"sessionId": shell, "text": f"while [ ! -e {go} ]; do sleep 0.05; done",
+                                     "timeout": 0.3}, agent=agent)
+    assert r.wait_reason == "timeout" and r.unread is None, r
+    text = tools.call_text("terminal_send", {"sessionId": shell, "text": "echo queued", "idle": 0.5}, agent=agent)
+    assert text.startswith("[wait: inferred_idle]") and "[unread: no program has read the last 12 bytes" in text
+    go.touch()
+    r = tools.call("terminal_send", {"sessionId": shell, "text": "", "submit": False}, agent=agent)
+    assert r.unread is None and r.wait_reason == "stdin_read", r
+    assert "queued" in tools.call("terminal_read", {"sessionId": shell, "count": 5}, agent=agent).text.splitlines()
