@@ -26,7 +26,7 @@ from ..errors import TerminalError
 from ..owners import Agent
 from ..tools import TerminalTools, result_text, shutdown_all
 from ..tools.config import environment_policy
-from ..tools.render import not_ended_note, unsent_note
+from ..tools.render import ECHO_OFF_NOTE, not_ended_note, unread_note, unsent_note
 from ..vocabulary import max_result_bytes_problem, signal_name, wait_seconds_problem
 from .display import TermResult, footer_html, footer_text, visible_controls
 
@@ -448,6 +448,10 @@ class TerminalMagics(Magics):
         text = footer_text(res.wait_reason, res.exit_code, res.session_status, res.interrupted)
         if res.unsent:
             text += f" [{unsent_note(res.unsent, res.text_cut_by)}]"
+        if res.unread:
+            text += f" [{unread_note(res.unread)}]"
+        if res.echo_off:
+            text += f" [{ECHO_OFF_NOTE}]"
         if stream.written or res.viewport:
             self._write("\n")
         if res.screen_text is not None:  # a full-screen program: show what its screen looks like now

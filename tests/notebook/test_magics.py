@@ -106,6 +106,8 @@ def test_options_no_submit_timeout_idle(ip, capsys):
     ip.run_line_magic("term_signal", "INT")
     r = ip.run_line_magic("term_send", "--idle 0.3 sleep 5")
     assert r.wait_reason == "inferred_idle"
+    r = ip.run_line_magic("term_send", "--idle 0.3 echo queued")  # typed while sleep runs: the footer says so
+    assert r.wait_reason == "inferred_idle" and "[unread: no program has read the last 12 bytes" in r.text, r.text
     ip.run_line_magic("term_signal", "SIGINT")
 
 
