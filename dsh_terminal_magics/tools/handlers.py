@@ -19,7 +19,7 @@ from .models import (BackgroundSendResult, CloseArgs, CloseResult, ForegroundSen
                      JobKillResult, JobOutputArgs, JobOutputResult, ListArgs, OpenArgs, OpenResult, ReadArgs,
                      ReadResult, RecordArgs, RecordResult, ResizeArgs, ResizeResult, ScreenInfo, SendArgsForeground,
                      SessionEntry, SessionList, SignalArgs, SignalResult, UnseenOutput)
-from .render import body_budget, job_meta, lines_meta, unsent_note, utf8_size
+from .render import body_budget, job_meta, lines_meta, unread_note, unsent_note, utf8_size
 
 JOB_KIND = "pty-send"
 
@@ -109,6 +109,8 @@ async def _job_outcome(op: SendOperation) -> JobOutcome:
     detail = f"waitReason={r.wait_reason} sessionStatus={r.session_status} exitCode={r.exit_code}"
     if r.unsent:
         detail += f" - {unsent_note(r.unsent, r.text_cut_by)}"
+    if r.unread:
+        detail += f" - {unread_note(r.unread)}"
     if r.unseen is not None:
         lines = r.unseen[0]
         detail += (f" - unseen: {lines} line{'s' if lines != 1 else ''} of output came after your last result and "

@@ -685,6 +685,11 @@ def test_text_typed_while_a_command_runs_that_does_not_read_is_told_unread(tools
     assert r.wait_reason == "timeout" and r.unread is None, r
     text = tools.call_text("terminal_send", {"sessionId": shell, "text": "echo queued", "idle": 0.5}, agent=agent)
     assert text.startswith("[wait: inferred_idle]") and "[unread: no program has read the last 12 bytes" in text
+    job = tools.call("terminal_send", {"sessionId": shell, "text": "echo again", "idle": 0.5,
+                                       "run_in_background": True}, agent=agent).job_id
+    from tests.conftest import wait_for
+    done = wait_for(lambda: (o := tools.call("job_output", {"jobId": job}, agent=agent)).status != "running" and o)
+    assert "unread: no program has read the last 23 bytes" in done.detail, done  # (both texts wait)
     go.touch()
     r = tools.call("terminal_send", {"sessionId": shell, "text": "", "submit": False}, agent=agent)
     assert r.unread is None and r.wait_reason == "stdin_read", r
