@@ -261,6 +261,16 @@ def test_man_with_less_as_pager(term):
     shell_gets_the_next_command(term)
 
 
+def test_a_key_that_ends_the_program_with_the_default_enter_after_it_is_no_cut_input(term):
+    """``q`` sent to ``less`` with ``submit`` left on: the Enter after it is not written (it was for ``less``,
+    which had ended) - that is not the caller's input lost, and the result said ``input cut``."""
+    r, _ = term("less /etc/hostname")
+    assert r.wait_reason == "stdin_read", r
+    r, _ = term("q")
+    assert r.wait_reason == "stdin_read" and not r.unsent and r.viewport.endswith("$ "), r
+    shell_gets_the_next_command(term)
+
+
 @needs["vim"]
 def test_vim_clean_write_quit_loses_nothing_ten_times(term):
     for i in range(10):
