@@ -498,8 +498,8 @@ class SendOperation:
             self._writing_to, self._to_command = 0, False
         self.unsent = size - written  # (the result says how much was never written: it is not written later)
         if self.unsent == 1 and self.request.submit and self.text_cut_by == "program_ended":
-            # Only the Enter after the text: the program ended on the text itself (``q`` to ``less``, ``:q`` in a
-            # prompt of vim's) and needs no Enter - nothing the caller wrote was lost ("input cut" said it was).
+            # Only the Enter after the text: the program ended on the text itself (``q`` to ``less``) and needs
+            # no Enter - nothing the caller wrote was lost ("input cut" said it was).
             self.unsent = 0
         if written == size or self.text_cut_by is not None:  # (stopped: the wait for the prompt goes on)
             self._begin_wait()
