@@ -998,8 +998,7 @@ class SendOperation:
             climbed_to = session.scrollback.top_rewritten_since(self._rewrites_at_start)
             start = self.start_line if climbed_to is None else min(climbed_to, self.start_line)
             viewport, cut = session.scrollback.text_since(start, limit)
-            if session.seen_lines < start - 1:
-                unseen = session.unseen_before(start)
+            unseen = session.unseen_before(start)
             if self.echo_expected is not None and self.marker_seen and not cut:
                 echo_off = self.echo_expected not in viewport.partition("\n")[0]
         exit_code = session.exit_status if reason == "session_exit" else self._exit_code_now()

@@ -540,7 +540,7 @@ class Session:
         """Whether text typed now would be shown: our shell or REPL sits at its prompt (its line editor draws
         what it reads), or the terminal echoes (no password prompt has turned that off).  True when not
         known."""
-        if self.marks_prompts and not self._typed_since_prompt:
+        if not self._typed_since_prompt:  # (cleared only by our keyed marker)
             return True
         return self.probe is None or self.probe.echoes()
 
@@ -549,8 +549,7 @@ class Session:
         what it reads): a one-line printable text, no keys, that fits on the prompt's row - else None.  A
         command that ends without it shown ran with the terminal's echo off (see ``SendResult.echo_off``)."""
         text = request.text.strip()
-        if not text or request.keys or not self.marks_prompts or self._typed_since_prompt \
-                or self.screen.full_screen or not text.isprintable() \
+        if not text or request.keys or self._typed_since_prompt or self.screen.full_screen or not text.isprintable() \
                 or len(self.scrollback.partial_line) + len(request.text) >= self.options.cols - 1:
             return None
         return text
@@ -647,7 +646,7 @@ class Session:
             if self.child is not None:
                 self.child.send_ended()
         self.last_send_end = self.raw.total
-        self.seen_lines = self.scrollback.completed_lines
+        self.saw_all()
         self.exit_code_between = None
         if result is not None:
             self.last_wait_reason = result.wait_reason
@@ -673,7 +672,11 @@ class Session:
         of those it had not seen, it has now seen them all."""
         scrollback = self.scrollback
         if end >= scrollback.total_lines and begin <= max(self.seen_lines + 1, scrollback.first_line):
-            self.seen_lines = max(self.seen_lines, scrollback.completed_lines)
+            self.saw_all()
+
+    def saw_all(self) -> None:
+        """The owner has been shown every line completed so far (a result, a read, a cell's stream)."""
+        self.seen_lines = self.scrollback.completed_lines
 
     def prompt_shown(self) -> tuple[int, str] | None:
         """The terminal's foreground group and the line the cursor is on, when it is past text on the unfinished

@@ -398,9 +398,8 @@ class TerminalMagics(Magics):
             text = text[:-1] if text.endswith("\n") else text
         owner = self._owner(args.agent)
         sid = self._session(args.session, owner)
-        timeout = args.timeout if args.timeout is not None else self.timeout
-        idle = args.idle if args.idle is not None else self.idle
         keys = key_list(args.keys or "")
+        timeout, idle = self._waits(args)
         if args.bg:
             return self._send_background(owner, sid, text, args.no_submit, timeout, idle, keys)
         pieces = text.split("\n") if (args.lines and cell is not None) else [text]
@@ -422,9 +421,12 @@ class TerminalMagics(Magics):
         except StdinNotImplementedError:
             raise UsageError("%term_send --secret asks in a password box, which this frontend does not offer "
                              "(it runs cells without input: nbval, a headless run)") from None
-        timeout = args.timeout if args.timeout is not None else self.timeout
-        idle = args.idle if args.idle is not None else self.idle
-        return self._send_foreground(owner, sid, [secret], args.no_submit, timeout, idle, secret=True)
+        return self._send_foreground(owner, sid, [secret], args.no_submit, *self._waits(args), secret=True)
+
+    def _waits(self, args: Any) -> tuple[float, float]:
+        """A send's ``--timeout`` and ``--idle``, or the ``%config`` defaults."""
+        return (args.timeout if args.timeout is not None else self.timeout,
+                args.idle if args.idle is not None else self.idle)
 
     def _send_foreground(self, owner: Agent, sid: str, pieces: list[str], no_submit: bool, timeout: float,
                          idle: float, keys: tuple[str, ...] = (), secret: bool = False) -> TermResult:

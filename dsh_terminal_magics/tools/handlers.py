@@ -19,7 +19,7 @@ from .models import (BackgroundSendResult, CloseArgs, CloseResult, ForegroundSen
                      JobKillResult, JobOutputArgs, JobOutputResult, ListArgs, OpenArgs, OpenResult, ReadArgs,
                      ReadResult, RecordArgs, RecordResult, ResizeArgs, ResizeResult, ScreenInfo, SendArgsForeground,
                      SessionEntry, SessionList, SignalArgs, SignalResult, UnseenOutput)
-from .render import body_budget, job_meta, lines_meta, unread_note, unsent_note, utf8_size
+from .render import body_budget, job_meta, lines_meta, unread_note, unseen_note, unsent_note, utf8_size
 
 JOB_KIND = "pty-send"
 
@@ -112,9 +112,7 @@ async def _job_outcome(op: SendOperation) -> JobOutcome:
     if r.unread:
         detail += f" - {unread_note(r.unread)}"
     if r.unseen is not None:
-        lines = r.unseen[0]
-        detail += (f" - unseen: {lines} line{'s' if lines != 1 else ''} of output came after your last result and "
-                   "before this job's send, not in its output (terminal_read shows the session's lines)")
+        detail += f" - {unseen_note(r.unseen[0], None)}"
     return JobOutcome("killed" if op.cancel_requested else "completed", detail)
 
 

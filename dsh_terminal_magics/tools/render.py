@@ -145,11 +145,14 @@ def unread_note(unread: int) -> str:
             "send keys C-c to drop them and stop the command")
 
 
-def unseen_note(lines: int, offset: int) -> str:
-    """What to tell about output that came between two looks at a session (see ``UnseenOutput``)."""
+def unseen_note(lines: int, offset: int | None) -> str:
+    """What to tell about output that came between two looks at a session (see ``UnseenOutput``); with no
+    ``offset``, about a job's send (the job's output is read later: an offset would be stale)."""
+    told = f"unseen: {lines} line{'s' if lines != 1 else ''} of output came after your last result and before "
+    if offset is None:
+        return told + "this job's send, not in its output (terminal_read shows the session's lines)"
     count = min(lines, MAX_READ_LINES)
-    return (f"unseen: {lines} line{'s' if lines != 1 else ''} of output came after your last result and before "
-            f"this send, not shown below - terminal_read with offset {offset}, count {count} shows "
+    return (told + f"this send, not shown below - terminal_read with offset {offset}, count {count} shows "
             + ("it" if lines == 1 else "them" if count == lines else f"the newest {count}"))
 
 

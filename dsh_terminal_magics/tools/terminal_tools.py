@@ -213,7 +213,7 @@ class TerminalTools:
             unseen = resume is not None and resume < offset
             prompt = session.scrollback.partial_line if show_prompt and not unseen else ""
             if unseen:  # (the stream shows it: the result has none to point at)
-                session.seen_lines = session.scrollback.completed_lines
+                session.saw_all()
             op = self.manager.begin_send(agent, a.session_id, request, "a foreground send (streaming)")
             begun.append(op)
             return session, op, resume if unseen else offset, prompt
