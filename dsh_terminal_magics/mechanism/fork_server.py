@@ -48,15 +48,16 @@ class ForkServer:
 
     @classmethod
     def spawn(cls, argv: list[str], env: dict[str, str], cwd: str, slave: int, keep: tuple[int, ...] = (),
-              abstract_socket_scope: bool = False) -> int:
+              abstract_socket_scope: bool = False, cap: tuple[str | None, int | None] | None = None) -> int:
         """Start ``argv`` as the leader of a new session on the PTY whose slave is ``slave``, with the descriptors
         ``keep`` under their numbers here (and in a Landlock scope of its own abstract Unix sockets, if asked);
-        returns its pid once it has exec'd (raises :class:`OSError` with the child's error when it could not)."""
+        with ``cap`` (a :class:`.process_tree.LeaderCap`) taken; returns its pid once it has exec'd (raises :class:`OSError` with the child's error when it could not)."""
         request = os.memfd_create("dsh-terminal-spawn", os.MFD_CLOEXEC)
         try:
             os.write(request, json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": _umask(),
                                           "limits": _limits(), "fds": list(keep),
-                                          "abstract_socket_scope": abstract_socket_scope}).encode())
+                                          "abstract_socket_scope": abstract_socket_scope,
+                                          "cap": None if cap is None else list(cap)}).encode())
             fds = array.array("i", [slave, request, *keep])
             with cls._lock:
                 for attempt in (1, 2):  # (a server that died is started again once)
@@ -314,6 +315,8 @@ def _become_leader(request: dict, slave: int, kept: list[int], errors: list[int]
             pass  # (one the server may not raise back: it keeps the server's)
     signal.set_wakeup_fd(-1)  # (the server's SIGCHLD wake-up: its descriptor number may be a kept one's now)
     leader_steps()
+    if request.get("cap") is not None:
+        tree.join_cap(*request["cap"])
     if request.get("abstract_socket_scope"):
         tree.enter_abstract_socket_scope()
     os.execve(request["argv"][0], request["argv"], request["env"])

@@ -36,6 +36,7 @@ from .keys import encode_keys
 from .process_tree import SESSION_TOKEN_ENV, end_trees, off_the_loop, until_reaped
 from .pty_child import spawn_off_loop
 from ..asciicast import CastRecorder, open_recording
+from .process_cap import ProcessCap
 from .sandbox import Sandbox
 from .send import SendOperation, SendRequest, SendResult
 from .session import Session, SessionInfo, SessionOptions
@@ -151,12 +152,13 @@ class SessionManager:
         options = options or self.options
         # The sandbox's set-up (it reads every Unix socket the host has bound: 60 ms for 3000), the fork and
         # the exec start now, in a spawner thread; the session's own state is built meanwhile.
-        spawning = spawn_off_loop(self.loop_thread.loop, lambda: wrapping.wrap(spec.argv, where, root), where, env,
-                                  options.rows, options.cols)
+        cap = None if wrapping.max_processes is None else ProcessCap(wrapping.max_processes, session_id)
+        spawning = spawn_off_loop(self.loop_thread.loop, lambda: wrapping.wrap(spec.argv, where, root)._replace(
+            cap=None if cap is None else cap.make()), where, env, options.rows, options.cols)
         try:
             session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
                               cwd=where, env=env, token=token, options=options,
-                              loop=self.loop_thread.loop, sandbox=wrapping)
+                              loop=self.loop_thread.loop, sandbox=wrapping, cap=cap)
         except BaseException:
             spawning.cancel()  # the process it starts is killed and reaped
             raise

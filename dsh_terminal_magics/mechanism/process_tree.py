@@ -526,6 +526,29 @@ def make_leader_preexec(parent_pid: int):  # type: ignore[no-untyped-def]
     return preexec
 
 
+class LeaderCap(NamedTuple):
+    """How a session leader caps the tasks (processes and threads) its session may run at once, right before
+    its exec: it joins a pids cgroup (its ``cgroup.procs`` file; all it starts stay there) and/or lowers its
+    ``RLIMIT_NPROC`` (what every process of the user may then have, counted together; root ignores it).
+    See :mod:`.process_cap`."""
+
+    procs_file: str | None
+    nproc: int | None
+
+
+def join_cap(procs_file: str | None, nproc: int | None) -> None:
+    """In a leader, right before its exec: take the cap :class:`LeaderCap` describes.  Raises :class:`OSError`
+    when the cgroup will not take it (the open then fails: a cap that was promised is never silently missing)."""
+    if procs_file is not None:
+        fd = os.open(procs_file, os.O_WRONLY)
+        try:
+            os.write(fd, str(os.getpid()).encode())
+        finally:
+            os.close(fd)
+    if nproc is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+
+
 #: The session's processes' ``oom_score_adj`` (inherited by all they start): the most, so that when memory runs
 #: out the kernel's out-of-memory killer takes one of them before this process.
 SESSION_OOM_SCORE_ADJ = b"1000"

@@ -30,7 +30,8 @@ from ptyprocess import PtyProcess
 
 from ..errors import TerminalError
 from .fork_server import ForkServer
-from .process_tree import ProcessId, enter_abstract_socket_scope, is_alive, make_leader_preexec, read_stat
+from .process_tree import (LeaderCap, ProcessId, enter_abstract_socket_scope, is_alive, join_cap, make_leader_preexec,
+                           read_stat)
 from .sandbox import Wrapped
 
 #: Most foreground processes watched for exit at once (pidfds).
@@ -109,14 +110,14 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
     the child has its copies.  Blocks for the fork and until the exec: the loop runs it in a spawner thread
     (:func:`spawn_off_loop`)."""
     _check_descriptors_left()
-    argv, fds, scoped = command()
+    argv, fds, scoped, cap = command()
     pass_fds = tuple(fds)
     try:
         if _FORK_SERVED:
-            proc = _spawn_by_server(argv, cwd, env, rows, cols, pass_fds, scoped)
+            proc = _spawn_by_server(argv, cwd, env, rows, cols, pass_fds, scoped, cap)
         else:
             proc = PtyProcess.spawn(argv, cwd=cwd, env=env, dimensions=(rows, cols),
-                                    preexec_fn=_leader_preexec(scoped), pass_fds=pass_fds)
+                                    preexec_fn=_leader_preexec(scoped, cap), pass_fds=pass_fds)
     except OSError as exc:
         raise TerminalError(f"could not start {' '.join(argv)}: {exc.strerror or exc}; "
                             + _start_advice(exc)) from exc
@@ -132,22 +133,25 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
 _FORK_SERVED = hasattr(os, "pidfd_open") and os.environ.get("DSH_TERMINAL_FORK_SERVER", "1") != "0"
 
 
-def _leader_preexec(scoped: bool) -> Callable[[], None]:
-    """Our session-leader steps for a child this process forks (``scoped``: then the sandbox's Landlock scope,
-    see :class:`.sandbox.Wrapped`)."""
+def _leader_preexec(scoped: bool, cap: LeaderCap | None) -> Callable[[], None]:
+    """Our session-leader steps for a child this process forks (``scoped``: then the sandbox's Landlock scope;
+    ``cap``: the cap on its tasks; see :class:`.sandbox.Wrapped`)."""
     leader = make_leader_preexec(os.getpid())
-    if not scoped:
+    if not scoped and cap is None:
         return leader  # type: ignore[no-any-return]
 
     def preexec() -> None:
         leader()
-        enter_abstract_socket_scope()
+        if cap is not None:
+            join_cap(*cap)
+        if scoped:
+            enter_abstract_socket_scope()
 
     return preexec
 
 
 def _spawn_by_server(argv: list[str], cwd: str, env: dict[str, str], rows: int, cols: int,
-                     pass_fds: tuple[int, ...], scoped: bool) -> PtyProcess:
+                     pass_fds: tuple[int, ...], scoped: bool, cap: LeaderCap | None) -> PtyProcess:
     """:func:`spawn` through the fork server: this process opens the PTY and the server forks the leader, which
     has ``pass_fds`` under the same numbers (bubblewrap's ``--seccomp N``).  Raises :class:`OSError`."""
     path = argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0])
@@ -156,7 +160,7 @@ def _spawn_by_server(argv: list[str], cwd: str, env: dict[str, str], rows: int, 
     master, slave = os.openpty()
     try:
         fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
-        pid = ForkServer.spawn([path, *argv[1:]], env, cwd, slave, pass_fds, scoped)
+        pid = ForkServer.spawn([path, *argv[1:]], env, cwd, slave, pass_fds, scoped, cap)
     except BaseException:
         os.close(master)
         raise

@@ -38,7 +38,7 @@ from typing import Iterable, Literal, NamedTuple
 
 from ..errors import BackendError
 from .backends import REAPER_SCRIPT
-from .process_tree import LANDLOCK_SCOPED_ABI, landlock_abi
+from .process_tree import LANDLOCK_SCOPED_ABI, LeaderCap, landlock_abi
 
 SandboxMode = Literal["off", "read-only", "workspace-write"]
 
@@ -68,6 +68,8 @@ class Wrapped(NamedTuple):
     #: Whether the leader enters a Landlock scope of its own abstract Unix sockets just before its exec
     #: (:func:`.process_tree.enter_abstract_socket_scope`).
     abstract_socket_scope: bool = False
+    #: The cap on tasks the leader takes right before its exec (:mod:`.process_cap`).
+    cap: LeaderCap | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ class Sandbox:
     mode: SandboxMode = "off"
     network: bool = False
     contain: bool = False
+    #: The most tasks (processes and threads) the session may run at once (None: no cap; see
+    #: :mod:`.process_cap`).
+    max_processes: int | None = None
 
     @property
     def wrapped(self) -> bool:

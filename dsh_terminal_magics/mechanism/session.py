@@ -25,6 +25,7 @@ from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer
 from .process_tree import ProcessStat, TreeToEnd, read_proc, subtree_table
 from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
+from .process_cap import ProcessCap
 from .sandbox import Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker, switches_screen
@@ -64,13 +65,17 @@ class SessionInfo:
     rows: int = 40
     cols: int = 160
 
+#: How often, and how far apart (seconds), a closed session's cgroup is removed while exiting tasks hold it.
+CAP_REMOVAL_TRIES = 20
+CAP_REMOVAL_PAUSE = 0.1
+
 
 class Session:
     """A PTY running one backend process, with its output and at most one send at a time."""
 
     def __init__(self, *, session_id: str, owner: object, name: str | None, type_name: str,
                  spec: LaunchSpec, cwd: str, env: dict[str, str], token: str, options: SessionOptions,
-                 loop: asyncio.AbstractEventLoop, sandbox: Sandbox = Sandbox()) -> None:
+                 loop: asyncio.AbstractEventLoop, sandbox: Sandbox = Sandbox(), cap: ProcessCap | None = None) -> None:
         self.session_id = session_id
         self.owner = owner
         self.name = name
@@ -80,6 +85,8 @@ class Session:
         self.env = env
         self.token = token
         self.sandbox = sandbox
+        #: The cap on the session's tasks (:mod:`.process_cap`), None for none.
+        self.cap = cap
         #: The shell (or REPL) itself: the spawned process, or the one under a sandbox's wrapper.
         self._shell_pid: int | None = None
         self.options = options
@@ -224,7 +231,8 @@ class Session:
             self._learning_marker_key = False
         self._find_shell()
         startup = result.viewport.strip()
-        self.motd = "\n".join(filter(None, [self.spec.description, self.sandbox.describe(), startup[-1024:]]))
+        self.motd = "\n".join(filter(None, [self.spec.description, self.sandbox.describe(),
+                                            self.cap.describe() if self.cap else None, startup[-1024:]]))
         return self.motd
 
     def wrapper_failure(self) -> str | None:
@@ -295,12 +303,18 @@ class Session:
             self._reader_look.cancel()
             self._reader_look = None
         self.held_answers.drop()
+        self._remove_cap()
         if self.recorder is not None:
             self.recorder.close()
             self.recorder = None
         self.status = "closed"
         self.wake()
         self.listeners()
+
+    def _remove_cap(self, tries: int = CAP_REMOVAL_TRIES) -> None:
+        """Remove the session's cgroup, again a little later while tasks that were just killed still hold it."""
+        if self.cap is not None and not self.cap.remove() and tries > 1:
+            self.loop.call_later(CAP_REMOVAL_PAUSE, self._remove_cap, tries - 1)
 
     # -- output -------------------------------------------------------------------------
     def drain(self) -> None:

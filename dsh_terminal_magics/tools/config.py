@@ -11,6 +11,13 @@ from ..mechanism import AGENT_DEFAULT, EnvironmentPolicy, Sandbox, sandbox_probl
 from ..vocabulary import MAX_SAFE_INTEGER, MIN_MAX_RESULT_BYTES, max_result_bytes_problem
 
 
+#: ``maxProcesses``' default: the most tasks (processes and threads) one agent's session runs at once - a build
+#: with a JVM and a headless browser stays well below it, a fork bomb stops at it.
+DEFAULT_MAX_PROCESSES = 2048
+#: The least ``maxProcesses`` may be (a shell running a pipeline needs a few; bubblewrap and our init count).
+MIN_MAX_PROCESSES = 16
+
+
 class EnvironmentPolicyConfig(BaseModel):
     """``shellEnvironmentPolicy``: which kernel environment variables a session's programs see."""
 
@@ -30,8 +37,9 @@ class EnvironmentPolicyConfig(BaseModel):
 class ToolsConfig(BaseModel):
     """``enableRunInBackground`` (default true), ``maxResultBytes`` (default 262144, safe integer >= 64),
     ``enableTerminalExtensions`` (default true: named keys, screens, ``terminal_resize``,
-    ``terminal_record``; false leaves exactly the seed's tools) and ``shellEnvironmentPolicy`` (default:
-    ``inherit: core`` with the default excludes)."""
+    ``terminal_record``; false leaves exactly the seed's tools), ``shellEnvironmentPolicy`` (default:
+    ``inherit: core`` with the default excludes), the sandbox and containment keys, ``maxSessionsPerAgent``
+    and ``maxProcesses`` (the most tasks an agent's session runs at once; None: no cap)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
@@ -45,13 +53,15 @@ class ToolsConfig(BaseModel):
     sandbox_network: StrictBool = Field(False, alias="sandboxNetwork")
     containment: Literal["auto", "namespace", "tracking"] = "auto"
     max_sessions_per_agent: StrictInt = Field(64, alias="maxSessionsPerAgent", ge=1, le=256)
+    max_processes: Optional[StrictInt] = Field(DEFAULT_MAX_PROCESSES, alias="maxProcesses", ge=MIN_MAX_PROCESSES,
+                                               le=MAX_SAFE_INTEGER)
 
     @property
     def sandbox_setup(self) -> Sandbox:
         """How agents' sessions are sandboxed and contained (``auto``: a pid namespace where bubblewrap
         works, process tracking elsewhere)."""
         contain = self.containment == "namespace" or (self.containment == "auto" and sandbox_problem() is None)
-        return Sandbox(self.sandbox, self.sandbox_network, contain)
+        return Sandbox(self.sandbox, self.sandbox_network, contain, self.max_processes)
 
     def recordings_directory(self, workspace_root: str | None) -> str:
         """Where ``terminal_record`` from a tool call may write: ``recordDir``, by default
@@ -79,7 +89,7 @@ def environment_policy(policy: dict[str, Any]) -> EnvironmentPolicy:
 
 
 CONFIG_KEYS = ("enableRunInBackground", "maxResultBytes", "enableTerminalExtensions", "shellEnvironmentPolicy",
-               "recordDir", "sandbox", "sandboxNetwork", "containment", "maxSessionsPerAgent")
+               "recordDir", "sandbox", "sandboxNetwork", "containment", "maxSessionsPerAgent", "maxProcesses")
 
 
 def load_config(config: dict[str, Any] | ToolsConfig | None) -> ToolsConfig:

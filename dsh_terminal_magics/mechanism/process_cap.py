@@ -1,0 +1,298 @@
+"""A cap on the tasks (processes and threads) a session may run at once: ``maxProcesses`` for agents' sessions.
+
+A fork bomb (``:(){ :|:& };:``) typed into one session took all 32768 pids of the machine in under 5 s:
+every program of every user - the notebook server, this kernel's own threads - then failed to fork, and the
+close that ended it took 11 s (the kernel ending 30,000 processes).  The cap stops it inside the session:
+
+- a **pids cgroup** of the session's own (``pids.max``), inside one of this kernel's that holds all its capped
+  sessions together to half the machine's pids (:func:`kernel_share`), where this process may make them: in
+  cgroup v1's pids hierarchy, or in v2 where the pids controller reaches its cgroup's children (the root
+  cgroup; a delegated subtree).  The leader joins it right before its exec, so everything it starts is in it
+  whatever it does to its parent links or namespaces;
+- else, for a user who is not root, ``RLIMIT_NPROC``: the tasks the user runs at the open plus the cap.  The
+  kernel counts it over all the user's tasks together, so it keeps the machine and this kernel (whose own
+  limit is unchanged) able to fork, not the session's neighbours of the same user;
+- else (root, with no pids cgroup to make: root ignores ``RLIMIT_NPROC``) nothing - the session's motd says so.
+
+Everything here runs off the loop (it asks the file system), except :meth:`ProcessCap.remove`, which is one
+``rmdir`` on the cgroup file system.
+"""
+from __future__ import annotations
+
+import atexit
+import errno
+import os
+import threading
+from typing import NamedTuple
+
+from ..errors import TerminalError
+from .process_tree import LeaderCap
+
+#: Prefix of this kernel's pids cgroup (``dsh-terminal-<pid>``), which holds a cgroup for each capped session.
+KERNEL_CGROUP_PREFIX = "dsh-terminal-"
+#: The least the kernel's share is, whatever the machine's pid space (see :func:`kernel_share`).
+MIN_KERNEL_SHARE = 1024
+
+
+class _Hierarchy(NamedTuple):
+    """This process's own pids cgroup: its directory and the cgroup version."""
+
+    directory: str
+    version: int
+
+
+class ProcessCap:
+    """One session's cap: made (:meth:`make`) in the spawner thread right before the spawn, which its leader
+    then takes; said in the motd (:meth:`describe`); its cgroup removed with the session (:meth:`remove`)."""
+
+    def __init__(self, limit: int, name: str) -> None:
+        self.limit = limit
+        #: The cgroup's name (unique among this kernel's sessions: the session id).
+        self.name = name
+        #: The session's own pids cgroup directory, once made (None without one).
+        self.cgroup: str | None = None
+        #: The ``RLIMIT_NPROC`` the leader takes (None without one).
+        self.nproc: int | None = None
+
+    def make(self) -> LeaderCap | None:
+        """Make the cap (off the loop): the session's cgroup where one can be made, else the ``RLIMIT_NPROC``
+        of a user who is not root; returns what the leader takes (None: nothing - not enforced).  A cgroup
+        found usable that then refuses the session's raises :class:`TerminalError`: never silently uncapped."""
+        kernel = _kernel_cgroup()
+        if kernel is not None:
+            directory = os.path.join(kernel, self.name)
+            try:
+                os.mkdir(directory)
+                try:
+                    _write(os.path.join(directory, "pids.max"), str(self.limit))
+                except OSError:
+                    os.rmdir(directory)
+                    raise
+            except OSError as exc:
+                raise TerminalError(f"could not make the pids cgroup that caps the session's processes ({exc}): "
+                                    "open it with the config's maxProcesses null (no cap), or mend the cgroup "
+                                    "file system") from None
+            self.cgroup = directory
+            return LeaderCap(os.path.join(directory, "cgroup.procs"), None)
+        if os.getuid() != 0:
+            self.nproc = _user_tasks(os.getuid()) + self.limit
+            return LeaderCap(None, self.nproc)
+        return None
+
+    def describe(self) -> str:
+        """One line for the session's motd."""
+        if self.cgroup is not None:
+            return f"processes: at most {self.limit} processes and threads at once (a pids cgroup)"
+        if self.nproc is not None:
+            return (f"processes: at most {self.nproc} processes and threads of this user at once ({self.limit} more "
+                    "than it ran at the open; RLIMIT_NPROC)")
+        return (f"processes: not capped (maxProcesses {self.limit}: root ignores RLIMIT_NPROC, and this process may "
+                "make no pids cgroup here)")
+
+    def remove(self) -> bool:
+        """Remove the session's cgroup once its processes are gone; False while some still are (an exiting
+        task may hold it for a moment: try again later)."""
+        if self.cgroup is None:
+            return True
+        try:
+            os.rmdir(self.cgroup)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            if exc.errno == errno.EBUSY:
+                return False
+        self.cgroup = None
+        return True
+
+
+def kernel_share() -> int:
+    """The most tasks all this kernel's capped sessions may run together: half of what the machine allows
+    (``pid_max``, ``threads-max``), so that one kernel's agents can never take all of it."""
+    limits = []
+    for path in ("/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"):
+        try:
+            with open(path, "rb") as value:
+                limits.append(int(value.read()))
+        except (OSError, ValueError):
+            pass
+    return max(MIN_KERNEL_SHARE, min(limits, default=2 * MIN_KERNEL_SHARE) // 2)
+
+
+_kernel_lock = threading.Lock()
+#: This kernel's cgroup once made (``""``: looked for and none can be made).
+_kernel_directory: str | None = None
+
+
+def _kernel_cgroup() -> str | None:
+    """This kernel's pids cgroup (made at the first capped open, with :func:`kernel_share` as its cap, after
+    removing what kernels that are gone left behind), or None where this process can make none."""
+    global _kernel_directory
+    with _kernel_lock:
+        if _kernel_directory is None:
+            _kernel_directory = _make_kernel_cgroup() or ""
+        return _kernel_directory or None
+
+
+def _make_kernel_cgroup() -> str | None:
+    hierarchy = _own_pids_cgroup()
+    if hierarchy is None:
+        return None
+    _remove_left_behind(hierarchy.directory)
+    directory = os.path.join(hierarchy.directory, f"{KERNEL_CGROUP_PREFIX}{os.getpid()}")
+    try:
+        os.mkdir(directory)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    try:
+        _write(os.path.join(directory, "pids.max"), str(kernel_share()))
+        if hierarchy.version == 2:  # (the sessions' cgroups below it get pids.max only so)
+            _write(os.path.join(directory, "cgroup.subtree_control"), "+pids")
+    except OSError:
+        _rmdir_quietly(directory)
+        return None
+    atexit.register(_rmdir_quietly, directory)
+    return directory
+
+
+def _own_pids_cgroup() -> _Hierarchy | None:
+    """The directory of this process's pids cgroup, if it may make cgroups below it that have ``pids.max``:
+    cgroup v1's pids hierarchy, else v2 where the pids controller reaches the children (switched on at the
+    root cgroup, where that is allowed)."""
+    memberships = _memberships()
+    for mount_point, root, fstype, options in _cgroup_mounts():
+        if fstype == "cgroup" and "pids" in options and "pids" in memberships:
+            directory = _inside(mount_point, root, memberships["pids"])
+            if directory is not None and os.access(directory, os.W_OK):
+                return _Hierarchy(directory, 1)
+    for mount_point, root, fstype, _ in _cgroup_mounts():
+        if fstype == "cgroup2" and "" in memberships:
+            directory = _inside(mount_point, root, memberships[""])
+            if directory is not None and _v2_reaches_children(directory, memberships[""] == "/"):
+                return _Hierarchy(directory, 2)
+    return None
+
+
+def _v2_reaches_children(directory: str, is_root: bool) -> bool:
+    if not (os.access(directory, os.W_OK) and os.access(os.path.join(directory, "cgroup.procs"), os.W_OK)):
+        return False
+    if "pids" in _read_words(os.path.join(directory, "cgroup.subtree_control")):
+        return True
+    if not is_root or "pids" not in _read_words(os.path.join(directory, "cgroup.controllers")):
+        return False  # (a cgroup with processes of its own may not switch controllers on for its children)
+    try:
+        _write(os.path.join(directory, "cgroup.subtree_control"), "+pids")
+    except OSError:
+        return False
+    return True
+
+
+def _memberships() -> dict[str, str]:
+    """This process's cgroup path by controller (v1), and under ``""`` its v2 path."""
+    found: dict[str, str] = {}
+    try:
+        with open("/proc/self/cgroup") as lines:
+            for line in lines:
+                _, controllers, path = line.rstrip("\n").split(":", 2)
+                for controller in controllers.split(",") if controllers else [""]:
+                    found[controller] = path
+    except (OSError, ValueError):
+        pass
+    return found
+
+
+def _cgroup_mounts() -> list[tuple[str, str, str, set[str]]]:
+    """The cgroup file systems mounted here: (mount point, root inside the hierarchy, type, super options)."""
+    mounts = []
+    try:
+        with open("/proc/self/mountinfo") as lines:
+            for line in lines:
+                fields = line.split()
+                tail = fields[fields.index("-") + 1:]
+                if tail and tail[0] in ("cgroup", "cgroup2"):
+                    mounts.append((_unescape(fields[4]), _unescape(fields[3]), tail[0], set(tail[2].split(","))))
+    except (OSError, ValueError, IndexError):
+        pass
+    return mounts
+
+
+def _inside(mount_point: str, root: str, path: str) -> str | None:
+    """Where cgroup ``path`` is under a hierarchy mounted at ``mount_point`` from ``root`` (None: not there)."""
+    if root != "/" and path != root and not path.startswith(root.rstrip("/") + "/"):
+        return None
+    relative = path[len(root):] if root != "/" else path
+    return os.path.join(mount_point, relative.lstrip("/"))
+
+
+def _unescape(field: str) -> str:
+    """A mountinfo path field (spaces and the like come as octal escapes)."""
+    return field.encode().decode("unicode_escape") if "\\" in field else field
+
+
+def _remove_left_behind(directory: str) -> None:
+    """Remove the cgroups of this package's kernels that are gone (a kernel killed before it could): only
+    empty ones go, which a live process never leaves."""
+    try:
+        names = [name for name in os.listdir(directory) if name.startswith(KERNEL_CGROUP_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(KERNEL_CGROUP_PREFIX):]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        kernel = os.path.join(directory, name)
+        try:
+            sessions = [entry.path for entry in os.scandir(kernel) if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        for session in sessions:
+            _rmdir_quietly(session)
+        _rmdir_quietly(kernel)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def _user_tasks(uid: int) -> int:
+    """How many tasks (threads) the processes of ``uid`` run now, counted as ``RLIMIT_NPROC`` counts them."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid == uid:
+                count += len(os.listdir(f"/proc/{name}/task"))
+        except OSError:
+            pass  # (gone meanwhile)
+    return count
+
+
+def _read_words(path: str) -> list[str]:
+    try:
+        with open(path) as text:
+            return text.read().split()
+    except OSError:
+        return []
+
+
+def _write(path: str, value: str) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.write(fd, value.encode())
+    finally:
+        os.close(fd)
+
+
+def _rmdir_quietly(directory: str) -> None:
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass

@@ -1,0 +1,192 @@
+"""The cap on an agent's session's tasks (``maxProcesses``): a fork bomb stops at it, the machine and the kernel
+keep forking, and close ends it at once.  Real bash, real forks, the real cgroup file system."""
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import textwrap
+
+import pytest
+
+from dsh_terminal_magics import Agent, TerminalTools
+from dsh_terminal_magics.errors import ConfigError
+from dsh_terminal_magics.mechanism import process_cap
+from dsh_terminal_magics.mechanism.process_tree import join_cap
+from dsh_terminal_magics.tools import sandbox_problem
+from tests.conftest import wait_for
+from tests.reliability.test_containment import running_with
+
+CONTAINMENTS = ["tracking", *(["namespace"] if sandbox_problem() is None else [])]
+
+FORK_UNTIL_REFUSED = textwrap.dedent("""
+    import os, sys, time
+    forked = 0
+    try:
+        while forked < 256:  # (4 times the cap: without one, it stops there)
+            if os.fork() == 0:
+                time.sleep(300)
+                os._exit(0)
+            forked += 1
+        print("never-refused", forked, flush=True)
+    except OSError as exc:
+        print("refused-after", forked, exc.errno, flush=True)
+    input()
+""")
+
+
+def enforcement(motd: str) -> str:
+    """How the session's cap is enforced, from its motd: cgroup, rlimit or none."""
+    line = next(line for line in motd.splitlines() if line.startswith("processes: "))
+    return "cgroup" if "pids cgroup" in line else "rlimit" if "RLIMIT_NPROC" in line else "none"
+
+
+def session_cgroup(sid: str) -> str | None:
+    """The session's own pids cgroup directory (None where the cap is not a cgroup)."""
+    kernel = process_cap._kernel_cgroup()
+    return None if kernel is None else os.path.join(kernel, sid)
+
+
+@pytest.fixture
+def capped(request):
+    tools = TerminalTools(config={"maxProcesses": 64, "containment": request.param})
+    agent = Agent("forker")
+    opened = tools.call("terminal_open", {"type": "shell"}, agent=agent)
+    if enforcement(opened.motd) == "none":
+        tools.shutdown()
+        pytest.skip("root with no pids cgroup this process may make: the cap cannot be enforced here")
+    yield tools, agent, opened.session_id, enforcement(opened.motd)
+    tools.shutdown()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("capped", CONTAINMENTS, indirect=True)
+def test_forks_past_the_cap_are_refused_and_close_ends_them_all(capped, tmp_path):
+    tools, agent, sid, how = capped
+    marker = f"cap-{secrets.token_hex(6)}"
+    script = tmp_path / "fork_until_refused.py"
+    script.write_text(FORK_UNTIL_REFUSED)
+    reply = tools.call("terminal_send", {"sessionId": sid, "text": f"python3 {script} {marker}", "timeout": 60,
+                                         "idle": 60}, agent=agent)
+    refusal = next((line for line in reply.viewport.splitlines() if line.startswith("refused-after")), None)
+    assert refusal is not None, reply.viewport
+    _, forked, code = refusal.split()
+    assert int(code) == 11, refusal  # EAGAIN: the cap, not memory
+    assert 64 - 16 <= int(forked) < 64, refusal  # (the shell, bubblewrap and our init count too)
+    assert len(running_with(marker)) == int(forked) + 1
+    cgroup = session_cgroup(sid)
+    assert (how == "cgroup") == (cgroup is not None and os.path.isdir(cgroup))
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+    assert running_with(marker) == []
+    if cgroup is not None:
+        wait_for(lambda: not os.path.exists(cgroup), timeout=30)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("capped", CONTAINMENTS, indirect=True)
+def test_a_fork_bomb_stays_inside_its_cap_and_the_kernel_keeps_working(capped):
+    tools, agent, sid, how = capped
+    other = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+    tools.call("terminal_send", {"sessionId": sid, "text": ":(){ :|:& };:", "timeout": 2}, agent=agent)
+    cgroup = session_cgroup(sid)
+    if how == "cgroup":
+        current = os.path.join(cgroup, "pids.current")
+        wait_for(lambda: int(open(current).read()) >= 60, timeout=30)
+        assert int(open(current).read()) <= 64
+        wait_for(lambda: int(open(os.path.join(cgroup, "pids.events")).read().split()[1]) > 0, timeout=30)
+    reply = tools.call("terminal_send", {"sessionId": other, "text": "echo still-here", "timeout": 30}, agent=agent)
+    assert "still-here" in reply.viewport.split("\n", 1)[1], reply.viewport
+    pid = os.fork()  # the kernel itself still forks
+    if pid == 0:
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+    if cgroup is not None:
+        wait_for(lambda: not os.path.exists(cgroup), timeout=30)
+
+
+@pytest.mark.parametrize("value", [0, 15, -1, "2048", 1.5, True])
+def test_a_bad_max_processes_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match="maxProcesses"):
+        TerminalTools(config={"maxProcesses": value})
+
+
+def test_the_cap_is_for_agents_sessions_by_default_and_can_be_turned_off():
+    assert TerminalTools().config.max_processes == 2048
+    user = Agent("notebook user")
+    tools = TerminalTools(config={"maxProcesses": None}, user=user)
+    try:
+        agents = tools.call("terminal_open", {"type": "shell"}, agent=Agent("uncapped"))
+        users = tools.call("terminal_open", {"type": "shell"}, agent=tools.user)
+        assert "processes:" not in agents.motd and "processes:" not in users.motd
+    finally:
+        tools.shutdown()
+    tools = TerminalTools(user=user)
+    try:
+        assert "processes: " in tools.call("terminal_open", {"type": "shell"}, agent=Agent("capped")).motd
+        users = tools.call("terminal_open", {"type": "shell"}, agent=user)
+        assert "processes:" not in users.motd  # (the notebook user's own terminal, as any other)
+    finally:
+        tools.shutdown()
+
+
+@pytest.mark.skipif(process_cap._own_pids_cgroup() is None, reason="needs a pids cgroup this process may make")
+def test_what_a_killed_kernel_left_in_the_cgroup_file_system_is_removed():
+    hierarchy = process_cap._own_pids_cgroup().directory
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)  # a pid that is gone
+    left = os.path.join(hierarchy, f"{process_cap.KERNEL_CGROUP_PREFIX}{pid}")
+    live = os.path.join(hierarchy, f"{process_cap.KERNEL_CGROUP_PREFIX}{os.getppid()}")
+    assert not os.path.exists(live)
+    made = [os.path.join(left, "t-0123456789abcdef"), left, live]
+    os.makedirs(made[0])
+    os.mkdir(live)
+    try:
+        process_cap._remove_left_behind(hierarchy)
+        assert not os.path.exists(left)
+        assert os.path.isdir(live)  # (a live process's stays)
+    finally:
+        for directory in made:
+            if os.path.isdir(directory):
+                os.rmdir(directory)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="starts a child as another user (nobody)")
+def test_a_user_that_is_not_root_is_capped_by_rlimit_nproc_where_no_cgroup_can_be_made(monkeypatch):
+    monkeypatch.setattr(process_cap, "_kernel_cgroup", lambda: None)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # a kernel that is not root, in a child: prepare the cap, take it as a leader does, fork
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            cap = process_cap.ProcessCap(20, "t-rlimit")
+            join_cap(*cap.make())
+            children: list[int] = []
+            try:
+                while len(children) < 100:
+                    child = os.fork()
+                    if child == 0:
+                        signal.pause()
+                        os._exit(0)
+                    children.append(child)
+                said = f"{cap.describe()}|{cap.nproc}|{len(children)}|never refused"
+            except OSError as exc:
+                said = f"{cap.describe()}|{cap.nproc}|{len(children)}|{exc.errno}"
+            for child in children:
+                os.kill(child, signal.SIGKILL)
+                os.waitpid(child, 0)
+            os.write(write, said.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        said = answer.read()
+    os.waitpid(pid, 0)
+    describe, nproc, forked, code = said.split("|")
+    assert "RLIMIT_NPROC" in describe, said
+    assert code == "11" and int(forked) <= 20 <= int(nproc), said
