@@ -25,6 +25,23 @@ T = TypeVar("T")
 SIGNAL_LOOK = 0.05
 
 
+async def wait_within(awaitable: "asyncio.Future[T] | Coroutine[Any, Any, T]", timeout: float) -> T:
+    """``asyncio.wait_for`` that never drops a cancellation: on Python 3.11 a cancel that came in the loop turn
+    that also finished ``awaitable`` was dropped and its result returned - a Ctrl-C right after an open was
+    handed in let the open go on to make a session nobody was told of (a spawn slower by 10 ms made it likely).
+    Past ``timeout`` ``awaitable`` is cancelled and :class:`asyncio.TimeoutError` raised; cancelled, it is
+    cancelled too (shield what must run on)."""
+    future = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({future}, timeout=timeout)
+    except asyncio.CancelledError:
+        future.cancel()
+        raise
+    if not done:
+        future.cancel()
+        raise asyncio.TimeoutError
+    return future.result()
+
 class Completion(Protocol[T]):
     """What :meth:`EventLoopThread.call_and_wait` waits for: a loop future, or an object that calls back with
     one (a send calls back in the turn it finishes)."""

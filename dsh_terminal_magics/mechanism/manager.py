@@ -30,7 +30,7 @@ from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE
                           signal_name, wait_seconds_problem)
 from .backends import BASE_ENV, Backend, BackendRegistry, LaunchSpec
 from .environment import AGENT_DEFAULT, EnvironmentPolicy, session_environment
-from .event_loop import EventLoopThread, LoopProxy
+from .event_loop import EventLoopThread, LoopProxy, wait_within
 from .fork_server import ForkServer
 from .keys import encode_keys
 from .process_tree import SESSION_TOKEN_ENV, end_trees, off_the_loop, until_reaped
@@ -371,7 +371,7 @@ async def _open_recording_in_time(path: str, *args: object) -> CastRecorder:
     hung mount held the call for ever (and a thread of the loop's shared pool); one opened too late is closed."""
     opening = asyncio.ensure_future(off_the_loop(open_recording, path, *args, name="dsh-terminal-fs"))
     try:
-        return await asyncio.wait_for(asyncio.shield(opening), FILE_SYSTEM_SECONDS)
+        return await wait_within(asyncio.shield(opening), FILE_SYSTEM_SECONDS)
     except asyncio.TimeoutError:
         opening.add_done_callback(_close_late_recording)
         raise InvalidArgumentError(f"cannot record to {path!r}: the file system did not answer within "
@@ -519,7 +519,7 @@ async def _prepare_in_time(backend: Backend, cwd: str | None, where: str, root: 
 
     loop = asyncio.get_running_loop()
     try:
-        return await asyncio.wait_for(off_the_loop(ask, name="dsh-terminal-fs"), FILE_SYSTEM_SECONDS)
+        return await wait_within(off_the_loop(ask, name="dsh-terminal-fs"), FILE_SYSTEM_SECONDS)
     except asyncio.TimeoutError:
         if not finished:  # (on the loop, as answered runs: the two never overlap)
             given_up = True

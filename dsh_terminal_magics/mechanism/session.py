@@ -22,6 +22,7 @@ from ..errors import BackendError, SessionBusyError, SessionNotRunningError, Ter
 from ..vocabulary import SessionStatus
 from .backends import LaunchSpec, python_code_block
 from .output import OutputListeners, OutputNormalizer, RawRing, ScrollbackBuffer, TerminalEvents, keyed_marker_at
+from .event_loop import wait_within
 from .process_tree import ProcessStat, TreeToEnd, read_proc, subtree_table
 from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
@@ -191,7 +192,7 @@ class Session:
         self._spawned = self.loop.create_future()
         try:
             try:
-                proc = await asyncio.wait_for(asyncio.shield(spawning), self.options.start_timeout)
+                proc = await wait_within(asyncio.shield(spawning), self.options.start_timeout)
             except asyncio.TimeoutError:
                 spawning.cancel()
                 waits = "the sandbox's set-up or the program's start" if self.sandbox.wrapped else "the program's start"
