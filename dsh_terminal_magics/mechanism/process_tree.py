@@ -528,18 +528,18 @@ def make_leader_preexec(parent_pid: int):  # type: ignore[no-untyped-def]
 
 class LeaderCap(NamedTuple):
     """How a session leader caps the tasks (processes and threads) its session may run at once, right before
-    its exec: it joins a pids cgroup (its ``cgroup.procs`` file; all it starts stay there) and/or lowers its
-    ``RLIMIT_NPROC`` (what every process of the user may then have, counted together; root ignores it).
-    See :mod:`.process_cap`."""
+    its exec: it joins cgroups - a pids cgroup, the kernel's cpu cgroup - by their ``cgroup.procs`` files (all
+    it starts stay there), and/or lowers its ``RLIMIT_NPROC`` (what every process of the user may then have,
+    counted together; root ignores it).  See :mod:`.process_cap`."""
 
-    procs_file: str | None
+    procs_files: tuple[str, ...]
     nproc: int | None
 
 
-def join_cap(procs_file: str | None, nproc: int | None) -> None:
+def join_cap(procs_files: Iterable[str], nproc: int | None) -> None:
     """In a leader, right before its exec: take the cap :class:`LeaderCap` describes.  Raises :class:`OSError`
-    when the cgroup will not take it (the open then fails: a cap that was promised is never silently missing)."""
-    if procs_file is not None:
+    when a cgroup will not take it (the open then fails: a cap that was promised is never silently missing)."""
+    for procs_file in procs_files:
         fd = os.open(procs_file, os.O_WRONLY)
         try:
             os.write(fd, str(os.getpid()).encode())

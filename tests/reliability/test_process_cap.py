@@ -3,6 +3,7 @@ keep forking, and close ends it at once.  Real bash, real forks, the real cgroup
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import signal
 import textwrap
@@ -156,6 +157,7 @@ def test_what_a_killed_kernel_left_in_the_cgroup_file_system_is_removed():
 @pytest.mark.skipif(os.getuid() != 0, reason="starts a child as another user (nobody)")
 def test_a_user_that_is_not_root_is_capped_by_rlimit_nproc_where_no_cgroup_can_be_made(monkeypatch):
     monkeypatch.setattr(process_cap, "_kernel_cgroup", lambda: None)
+    monkeypatch.setattr(process_cap, "_kernel_cpu_cgroup", lambda: None)
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # a kernel that is not root, in a child: prepare the cap, take it as a leader does, fork
@@ -190,3 +192,18 @@ def test_a_user_that_is_not_root_is_capped_by_rlimit_nproc_where_no_cgroup_can_b
     describe, nproc, forked, code = said.split("|")
     assert "RLIMIT_NPROC" in describe, said
     assert code == "11" and int(forked) <= 20 <= int(nproc), said
+
+
+@pytest.mark.skipif(process_cap._own_v1_cgroup("cpu") is None, reason="needs cgroup v1's cpu hierarchy, writable")
+@pytest.mark.parametrize("capped", CONTAINMENTS, indirect=True)
+def test_all_agents_sessions_share_one_cpu_cgroup_whatever_their_processes_do(capped):
+    """Each process its own ``setsid`` (its own autogroup): 100 such spinners slowed the kernel's own Python
+    48-fold.  In the kernel's cpu cgroup they weigh as one program against the kernel."""
+    tools, agent, sid, how = capped
+    reply = tools.call("terminal_send", {"sessionId": sid, "text": "setsid -w sh -c 'cat /proc/self/cgroup'"},
+                       agent=agent)
+    kernel = f"/{process_cap.KERNEL_CGROUP_PREFIX}{os.getpid()}"
+    groups = re.findall(r"^\d+:([^:\n]*):(.*)$", reply.viewport, re.M)
+    assert [path for controllers, path in groups if "cpu" in controllers.split(",")] == [kernel], reply.viewport
+    if how == "cgroup":
+        assert f":pids:{kernel}/{sid}" in reply.viewport, reply.viewport
