@@ -26,7 +26,7 @@ import atexit
 import errno
 import os
 import threading
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from ..errors import TerminalError
 from .process_tree import LeaderCap
@@ -87,7 +87,7 @@ class ProcessCap:
     def describe(self) -> str:
         """One line for the session's motd."""
         if self.cgroup is not None:
-            return f"processes: at most {self.limit} processes and threads at once (a pids cgroup)"  # (cpu: README)
+            return f"processes: at most {self.limit} processes and threads at once (a pids cgroup)"
         if self.nproc is not None:
             return (f"processes: at most {self.nproc} processes and threads of this user at once ({self.limit} more "
                     "than it ran at the open; RLIMIT_NPROC)")
@@ -124,21 +124,31 @@ def kernel_share() -> int:
 
 
 _kernel_lock = threading.Lock()
-#: This kernel's cgroup once made (``""``: looked for and none can be made).
-_kernel_directory: str | None = None
+#: This kernel's cgroups by hierarchy (``pids``, ``cpu``) once looked for (``""``: none can be made there).
+#: A forked child starts afresh: its sessions are its own, in cgroups named for its pid.
+_kernel_directories: dict[str, str] = {}
+
+
+def _forget_in_child() -> None:
+    global _kernel_lock
+    _kernel_lock = threading.Lock()  # (another thread may have held it at the fork)
+    _kernel_directories.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
+def _kernel_directory(hierarchy: str, make: Callable[[], str | None]) -> str | None:
+    with _kernel_lock:
+        if hierarchy not in _kernel_directories:
+            _kernel_directories[hierarchy] = make() or ""
+        return _kernel_directories[hierarchy] or None
 
 
 def _kernel_cgroup() -> str | None:
     """This kernel's pids cgroup (made at the first capped open, with :func:`kernel_share` as its cap, after
     removing what kernels that are gone left behind), or None where this process can make none."""
-    global _kernel_directory
-    with _kernel_lock:
-        if _kernel_directory is None:
-            _kernel_directory = _make_kernel_cgroup() or ""
-        return _kernel_directory or None
-
-
-_cpu_directory: str | None = None
+    return _kernel_directory("pids", _make_kernel_cgroup)
 
 
 def _kernel_cpu_cgroup() -> str | None:
@@ -149,11 +159,7 @@ def _kernel_cpu_cgroup() -> str | None:
     scheduler shares the CPU between) slowed the kernel's own Python 48-fold and another session's
     ``echo hi`` from 0.4 to 48 ms.  (Under v2 the sessions' pids cgroups are inside the kernel's, which the
     cpu controller weighs as one wherever it is on for the kernel's cgroup's children.)"""
-    global _cpu_directory
-    with _kernel_lock:
-        if _cpu_directory is None:
-            _cpu_directory = _make_kernel_directory(_own_v1_cgroup("cpu")) or ""
-        return _cpu_directory or None
+    return _kernel_directory("cpu", lambda: _make_kernel_directory(_own_v1_cgroup("cpu")))
 
 
 def _own_v1_cgroup(controller: str) -> str | None:
@@ -180,7 +186,7 @@ def _make_kernel_directory(parent: str | None) -> str | None:
         pass
     except OSError:
         return None
-    atexit.register(_rmdir_quietly, directory)
+    atexit.register(_remove_at_exit, directory, os.getpid())
     return directory
 
 
@@ -330,6 +336,13 @@ def _write(path: str, value: str) -> None:
         os.write(fd, value.encode())
     finally:
         os.close(fd)
+
+
+def _remove_at_exit(directory: str, maker: int) -> None:
+    """At exit, the kernel's cgroup (empty by then), by the process that made it - not a forked child of it
+    leaving (``multiprocessing``), which took it from under the kernel's next open."""
+    if os.getpid() == maker:
+        _rmdir_quietly(directory)
 
 
 def _rmdir_quietly(directory: str) -> None:

@@ -207,3 +207,24 @@ def test_all_agents_sessions_share_one_cpu_cgroup_whatever_their_processes_do(ca
     assert [path for controllers, path in groups if "cpu" in controllers.split(",")] == [kernel], reply.viewport
     if how == "cgroup":
         assert f":pids:{kernel}/{sid}" in reply.viewport, reply.viewport
+
+
+@pytest.mark.parametrize("capped", CONTAINMENTS[:1], indirect=True)
+def test_a_forked_child_of_the_kernel_leaves_the_kernels_cgroups_alone(capped):
+    """A ``multiprocessing`` worker forked from the kernel ran the kernel's exit handlers when it left: the
+    kernel's cgroup went with them (when no session held it), and the kernel's next capped open failed."""
+    tools, agent, sid, how = capped
+    kernel = process_cap._kernel_cgroup()
+    if kernel is None:
+        pytest.skip("no pids cgroup here")
+    tools.call("terminal_close", {"sessionId": sid}, agent=agent)
+    wait_for(lambda: os.listdir(kernel) == [] or not any(
+        os.path.isdir(os.path.join(kernel, name)) for name in os.listdir(kernel)), timeout=30)
+    pid = os.fork()
+    if pid == 0:
+        code = 0 if process_cap._kernel_directories == {} else 3
+        process_cap._remove_at_exit(kernel, os.getppid())  # (what its exit runs: the handler the kernel left)
+        os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+    assert os.path.isdir(kernel)
+    assert "pids cgroup" in tools.call("terminal_open", {"type": "shell"}, agent=agent).motd
