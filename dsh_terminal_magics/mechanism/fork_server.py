@@ -50,8 +50,9 @@ class ForkServer:
     def spawn(cls, argv: list[str], env: dict[str, str], cwd: str, slave: int, keep: tuple[int, ...] = (),
               abstract_socket_scope: bool = False, cap: tuple[tuple[str, ...], int | None] | None = None) -> int:
         """Start ``argv`` as the leader of a new session on the PTY whose slave is ``slave``, with the descriptors
-        ``keep`` under their numbers here (and in a Landlock scope of its own abstract Unix sockets, if asked);
-        with ``cap`` (a :class:`.process_tree.LeaderCap`) taken; returns its pid once it has exec'd (raises :class:`OSError` with the child's error when it could not)."""
+        ``keep`` under their numbers here (and in a Landlock scope of its own abstract Unix sockets, if asked),
+        having taken ``cap`` (a :class:`.process_tree.LeaderCap`); returns its pid once it has exec'd (raises
+        :class:`OSError` with the child's error when it could not)."""
         request = os.memfd_create("dsh-terminal-spawn", os.MFD_CLOEXEC)
         try:
             os.write(request, json.dumps({"argv": argv, "env": env, "cwd": cwd, "umask": _umask(),

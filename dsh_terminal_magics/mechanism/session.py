@@ -66,6 +66,7 @@ class SessionInfo:
     rows: int = 40
     cols: int = 160
 
+
 #: How often, and how far apart (seconds), a closed session's cgroup is removed while exiting tasks hold it.
 CAP_REMOVAL_TRIES = 20
 CAP_REMOVAL_PAUSE = 0.1
