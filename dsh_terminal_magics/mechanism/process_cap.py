@@ -29,7 +29,7 @@ import threading
 from typing import Callable, NamedTuple
 
 from ..errors import TerminalError
-from .process_tree import LeaderCap
+from .process_tree import LeaderCap, read_proc, write_control
 
 #: Prefix of this kernel's pids cgroup (``dsh-terminal-<pid>``), which holds a cgroup for each capped session.
 KERNEL_CGROUP_PREFIX = "dsh-terminal-"
@@ -67,7 +67,7 @@ class ProcessCap:
             try:
                 os.mkdir(directory)
                 try:
-                    _write(os.path.join(directory, "pids.max"), str(self.limit))
+                    write_control(os.path.join(directory, "pids.max"), str(self.limit).encode())
                 except OSError:
                     os.rmdir(directory)
                     raise
@@ -196,9 +196,9 @@ def _make_kernel_cgroup() -> str | None:
     if hierarchy is None or directory is None:
         return None
     try:
-        _write(os.path.join(directory, "pids.max"), str(kernel_share()))
+        write_control(os.path.join(directory, "pids.max"), str(kernel_share()).encode())
         if hierarchy.version == 2:  # (the sessions' cgroups below it get pids.max only so)
-            _write(os.path.join(directory, "cgroup.subtree_control"), "+pids")
+            write_control(os.path.join(directory, "cgroup.subtree_control"), b"+pids")
     except OSError:
         _rmdir_quietly(directory)
         return None
@@ -224,12 +224,12 @@ def _own_pids_cgroup() -> _Hierarchy | None:
 def _v2_reaches_children(directory: str, is_root: bool) -> bool:
     if not (os.access(directory, os.W_OK) and os.access(os.path.join(directory, "cgroup.procs"), os.W_OK)):
         return False
-    if "pids" in _read_words(os.path.join(directory, "cgroup.subtree_control")):
+    if b"pids" in (read_proc(os.path.join(directory, "cgroup.subtree_control")) or b"").split():
         return True
-    if not is_root or "pids" not in _read_words(os.path.join(directory, "cgroup.controllers")):
+    if not is_root or b"pids" not in (read_proc(os.path.join(directory, "cgroup.controllers")) or b"").split():
         return False  # (a cgroup with processes of its own may not switch controllers on for its children)
     try:
-        _write(os.path.join(directory, "cgroup.subtree_control"), "+pids")
+        write_control(os.path.join(directory, "cgroup.subtree_control"), b"+pids")
     except OSError:
         return False
     return True
@@ -320,22 +320,6 @@ def _user_tasks(uid: int) -> int:
         except OSError:
             pass  # (gone meanwhile)
     return count
-
-
-def _read_words(path: str) -> list[str]:
-    try:
-        with open(path) as text:
-            return text.read().split()
-    except OSError:
-        return []
-
-
-def _write(path: str, value: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, value.encode())
-    finally:
-        os.close(fd)
 
 
 def _remove_at_exit(directory: str, maker: int) -> None:

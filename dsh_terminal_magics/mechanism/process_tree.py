@@ -540,11 +540,7 @@ def join_cap(procs_files: Iterable[str], nproc: int | None) -> None:
     """In a leader, right before its exec: take the cap :class:`LeaderCap` describes.  Raises :class:`OSError`
     when a cgroup will not take it (the open then fails: a cap that was promised is never silently missing)."""
     for procs_file in procs_files:
-        fd = os.open(procs_file, os.O_WRONLY)
-        try:
-            os.write(fd, str(os.getpid()).encode())
-        finally:
-            os.close(fd)
+        write_control(procs_file, str(os.getpid()).encode())
     if nproc is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
 
@@ -563,13 +559,16 @@ def first_for_the_oom_killer() -> None:
     a program may lower its own back (to 0 without ``CAP_SYS_RESOURCE``): this guards against accidents,
     not against a program that means it."""
     try:
-        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
-    except OSError:
-        return
-    try:
-        os.write(fd, SESSION_OOM_SCORE_ADJ)
+        write_control("/proc/self/oom_score_adj", SESSION_OOM_SCORE_ADJ)
     except OSError:
         pass
+
+
+def write_control(path: str, value: bytes) -> None:
+    """Write ``value`` to a kernel control file (``/proc``, cgroups) in one ``write``; raises :class:`OSError`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, value)
     finally:
         os.close(fd)
 
