@@ -466,7 +466,7 @@ class ReadinessProbe:
         # on the tty, with no run across it, saw no input left then - it would have woken the reader.)
         if state != "tty":
             return None
-        if not self._members_unchanged(members):  # (threads or processes it started meanwhile may be running)
+        if not self._members_unchanged(pgid, members):  # (threads or processes started meanwhile may run)
             if count_from_leader:
                 return self._check(pgid, fence, count_from_leader=False)
             self._last_sample = (pgid, {})  # (changed again: the next look is a full check)
@@ -499,15 +499,17 @@ class ReadinessProbe:
         others = {key: sample.get(key, _UNSETTLED) for key in self._other_waits}
         return not others or (self._none_ran_since(others) and not any(self._runnable(*key) for key in others))
 
-    def _members_unchanged(self, members: list[int]) -> bool:
-        """Whether the group's members still have the threads and children this check listed before it
-        looked at them.  A member found reading the tty may have started threads or processes between the
-        listing and the look (a program that starts workers and then asks); those were not looked at."""
+    def _members_unchanged(self, pgid: int, members: list[int]) -> bool:
+        """Whether the members of group ``pgid`` are still in it, with the threads and children this check
+        listed before it looked at them.  A member found reading the tty may have started threads or processes
+        between the listing and the look (a program that starts workers and then asks); those were not looked
+        at.  Or it left the group meanwhile (``su -c``'s prompter calling ``setsid``, then reading): looked at as
+        a member, it was not known as a reader outside the group, whose pause after our answer is waited for."""
         for pid in members:
             stat = self._stat(pid)
             if stat is None or stat.gone:
                 continue  # (it ended: nothing of it runs)
-            if stat.threads != len(self._threads(pid)):
+            if stat.pgrp != pgid or stat.threads != len(self._threads(pid)):
                 return False
             if pid in self._kids and not set(self._children(pid)) <= set(self._kids[pid]):
                 return False
