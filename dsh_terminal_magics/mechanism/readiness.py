@@ -504,12 +504,14 @@ class ReadinessProbe:
         listed before it looked at them.  A member found reading the tty may have started threads or processes
         between the listing and the look (a program that starts workers and then asks); those were not looked
         at.  Or it left the group meanwhile (``su -c``'s prompter calling ``setsid``, then reading): looked at as
-        a member, it was not known as a reader outside the group, whose pause after our answer is waited for."""
+        a member, it was not known as a reader outside the group, whose pause after our answer is waited for.  (The
+        group's leader is listed unlooked, see :meth:`_walk_group`: one that moved to another group of the session
+        is no reader outside it.)"""
         for pid in members:
             stat = self._stat(pid)
             if stat is None or stat.gone:
                 continue  # (it ended: nothing of it runs)
-            if stat.pgrp != pgid or stat.threads != len(self._threads(pid)):
+            if (stat.pgrp != pgid and pid != pgid) or stat.threads != len(self._threads(pid)):
                 return False
             if pid in self._kids and not set(self._children(pid)) <= set(self._kids[pid]):
                 return False
