@@ -457,6 +457,22 @@ def test_a_reader_that_left_the_group_while_looked_at_is_known_as_outside(manage
     assert r.wait_reason == "stdin_read" and "\nchecked wrong\n" in r.viewport and r.viewport.endswith("$ "), r
 
 
+#: A program whose leader moves to the shell's group once its child is in the foreground group alone (the child
+#: asks only after the move): the foreground group has no leader in it.
+LEADER_MOVES_AWAY = (f"{sys.executable} -c \"import os\nr, w = os.pipe(); go_r, go_w = os.pipe()\n"
+                     "if os.fork() == 0:\n    os.read(go_r, 1); print('got', input('name? ')); os._exit(0)\n"
+                     "os.setpgid(0, os.getpgid(os.getppid())); os.write(go_w, b'x'); os.close(w); os.read(r, 1)\"")
+
+
+def test_a_group_whose_leader_moved_away_is_still_looked_into(manager, agent, shell):
+    """A check lists the group's leader without a look at its group (a live group keeps its id): one that moved
+    to another group of the session is not a member that left, or no check of its group ever answers."""
+    r = send(manager, agent, shell, LEADER_MOVES_AWAY, idle=2.0, timeout=20)
+    assert r.wait_reason == "stdin_read" and r.viewport.endswith("name? "), r
+    r = send(manager, agent, shell, "bob", timeout=20)
+    assert r.wait_reason == "stdin_read" and "\ngot bob\n" in r.viewport and r.exit_code == 0, r
+
+
 def prompter_pid(shell_pid: int) -> int:
     """The prompter of :data:`PROMPTER_OUTSIDE` run by the shell ``shell_pid``: its child's child, the leader
     of a session of its own."""
