@@ -23,8 +23,11 @@ __dsh_terminal_key="${SRANDOM}${SRANDOM}${RANDOM}${RANDOM}"
 # whether it is there at all.  From bash 5.1 on PROMPT_COMMAND is a list and ours is its element 99: a command that
 # sets PROMPT_COMMAND (`PROMPT_COMMAND='history -a'`, a tool's hook put in front) replaces element 0 only.  A
 # command that sets PS1 itself ends the markers until PROMPT_COMMAND sets it back: the marker is gone, not wrong.
+# A prompt that ends with ours is kept: a virtualenv's or conda's `activate` puts "(venv) " in front of it, and the
+# prompt says which environment commands run in.  PS1 is never left exported: `activate` exports it, and every
+# program started after would have found the key in its environment (a program could forge the marker).
 __dsh_terminal_ps1='\[\e]133;D;$?;'"$__dsh_terminal_key"'\a\]$ '
-__dsh_terminal_reprompt='PS1=$__dsh_terminal_ps1 PS2="> "'
+__dsh_terminal_reprompt='[[ $PS1 == *"$__dsh_terminal_ps1" ]] || PS1=$__dsh_terminal_ps1; PS2="> "; export -n PS1 PS2'
 eval "$__dsh_terminal_reprompt"
 shopt -s promptvars
 if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)); then

@@ -80,6 +80,24 @@ def test_exit_codes_survive_a_command_that_sets_prompt_command(manager, agent, s
     assert r.viewport.endswith("mine> "), r
 
 
+
+def test_a_prefix_put_in_front_of_the_prompt_is_kept_and_never_left_exported(manager, agent, shell, tmp_path):
+    """A virtualenv's ``activate`` puts "(venv) " in front of PS1 and exports it: PROMPT_COMMAND set our prompt
+    back at once (the prompt never said which environment commands ran in), and every program started later found
+    PS1 - with the marker's key - in its environment, free to forge markers.  The prefix is kept, exit codes are
+    still reported, PS1 is exported no longer than the command line that exported it, and ``deactivate`` gives
+    the plain prompt back."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    r = send(manager, agent, shell, f". {venv}/bin/activate")
+    assert r.viewport.endswith("\n(venv) $ ") and r.exit_code == 0, r
+    r = send(manager, agent, shell, "env | grep -c '^PS1='; false")
+    assert r.viewport.splitlines()[1:] == ["0", "(venv) $ "] and r.exit_code == 1, r
+    r = send(manager, agent, shell, "deactivate")
+    assert r.viewport.endswith("\n$ ") and r.exit_code == 0, r
+    r = send(manager, agent, shell, "env | grep -c '^PS1='; (exit 3)")
+    assert r.viewport.splitlines()[1:] == ["0", "$ "] and r.exit_code == 3, r
+
 @pytest.mark.parametrize("how", ["ctrl-z", "sigstop"])
 def test_a_command_that_stops_is_seen_at_the_next_look(manager, agent, shell, monkeypatch, how):
     """A foreground command that stops (Ctrl-Z while it computes, or SIGSTOP) hands the terminal back to the
