@@ -27,7 +27,7 @@ __dsh_terminal_key="${SRANDOM}${SRANDOM}${RANDOM}${RANDOM}"
 # prompt says which environment commands run in.  PS1 is never left exported: `activate` exports it, and every
 # program started after would have found the key in its environment (a program could forge the marker).
 __dsh_terminal_ps1='\[\e]133;D;$?;'"$__dsh_terminal_key"'\a\]$ '
-__dsh_terminal_reprompt='[[ $PS1 == *"$__dsh_terminal_ps1" ]] || PS1=$__dsh_terminal_ps1; PS2="> "; export -n PS1 PS2'
+__dsh_terminal_reprompt='[[ $PS1 == *"$__dsh_terminal_ps1" ]] || PS1=$__dsh_terminal_ps1; declare +x PS1 PS2="> "'
 eval "$__dsh_terminal_reprompt"
 shopt -s promptvars
 if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] >= 501)); then
