@@ -159,7 +159,10 @@ def _kernel_cpu_cgroup() -> str | None:
     scheduler shares the CPU between) slowed the kernel's own Python 48-fold and another session's
     ``echo hi`` from 0.4 to 48 ms.  (Under v2 the sessions' pids cgroups are inside the kernel's, which the
     cpu controller weighs as one wherever it is on for the kernel's cgroup's children.)"""
-    return _kernel_directory("cpu", lambda: _make_kernel_directory(_own_v1_cgroup("cpu")))
+    def make() -> str | None:
+        parent = _own_v1_cgroup("cpu")
+        return _make_kernel_directory(parent) if parent is not None else None
+    return _kernel_directory("cpu", make)
 
 
 def _own_v1_cgroup(controller: str) -> str | None:
@@ -173,11 +176,9 @@ def _own_v1_cgroup(controller: str) -> str | None:
     return None
 
 
-def _make_kernel_directory(parent: str | None) -> str | None:
+def _make_kernel_directory(parent: str) -> str | None:
     """``dsh-terminal-<pid>`` in ``parent`` (what kernels that are gone left there removed first), removed at
     exit; None when it cannot be made."""
-    if parent is None:
-        return None
     _remove_left_behind(parent)
     directory = os.path.join(parent, f"{KERNEL_CGROUP_PREFIX}{os.getpid()}")
     try:
@@ -192,8 +193,10 @@ def _make_kernel_directory(parent: str | None) -> str | None:
 
 def _make_kernel_cgroup() -> str | None:
     hierarchy = _own_pids_cgroup()
-    directory = _make_kernel_directory(None if hierarchy is None else hierarchy.directory)
-    if hierarchy is None or directory is None:
+    if hierarchy is None:
+        return None
+    directory = _make_kernel_directory(hierarchy.directory)
+    if directory is None:
         return None
     try:
         write_control(os.path.join(directory, "pids.max"), str(kernel_share()).encode())
