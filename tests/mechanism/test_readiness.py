@@ -80,7 +80,6 @@ def test_exit_codes_survive_a_command_that_sets_prompt_command(manager, agent, s
     assert r.viewport.endswith("mine> "), r
 
 
-
 def test_a_prefix_put_in_front_of_the_prompt_is_kept_and_never_left_exported(manager, agent, shell, tmp_path):
     """A virtualenv's ``activate`` puts "(venv) " in front of PS1 and exports it: PROMPT_COMMAND set our prompt
     back at once (the prompt never said which environment commands ran in), and every program started later found
@@ -97,6 +96,7 @@ def test_a_prefix_put_in_front_of_the_prompt_is_kept_and_never_left_exported(man
     assert r.viewport.endswith("\n$ ") and r.exit_code == 0, r
     r = send(manager, agent, shell, "env | grep -c '^PS1='; (exit 3)")
     assert r.viewport.splitlines()[1:] == ["0", "$ "] and r.exit_code == 3, r
+
 
 @pytest.mark.parametrize("how", ["ctrl-z", "sigstop"])
 def test_a_command_that_stops_is_seen_at_the_next_look(manager, agent, shell, monkeypatch, how):
@@ -449,8 +449,8 @@ def test_a_reader_that_left_the_group_while_looked_at_is_known_as_outside(manage
     """A check lists the foreground group's members, then looks at each.  A member that left the group between
     the two (the prompter of ``su -c`` calling ``setsid``, then reading our tty) was looked at as a member: the
     send ended 'stdin_read' rightly, but the reader was not known to be outside the group, so its pause after the
-    answer (PAM's delay) was not waited for and the next send ended 'inferred_idle' (about 1 run in 40 beside two
-    CPU hogs).  The listing is taken here while the prompter is still in the group, and handed to the check after
+    answer (PAM's delay) was not waited for and the next send ended 'inferred_idle' (2 of about 110 runs beside
+    two CPU hogs).  The listing is taken here while the prompter is still in the group, and handed to the check after
     it has left: the check lists the members again and finds the reader outside."""
     go = tmp_path / "go"
     os.mkfifo(go)
