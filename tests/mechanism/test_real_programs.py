@@ -5,6 +5,7 @@ from __future__ import annotations
 import getpass
 import os
 import shutil
+import sys
 import time
 
 import pytest
@@ -797,8 +798,9 @@ def test_a_line_editor_polling_on_its_continuation_line_is_at_a_prompt(term):
     indented under the text (no continuation prompt is drawn, only the indent): that is a prompt."""
     code = ("from prompt_toolkit import prompt; "
             "print('got', repr(prompt('code> ', multiline=True)))")
-    r, elapsed = term(f"python3 -c \"{code}\"")
+    r, elapsed = term(f"{sys.executable} -c \"{code}\"")  # (the python with prompt_toolkit: IPython's)
     prompt(r, elapsed, "code> ")
+    assert r.viewport.splitlines()[-1].startswith("code>"), r.viewport[-300:]  # (the command line has it too)
     for line in ("line1", "line2"):
         r, elapsed = term(line)
         prompt(r, elapsed, line)
