@@ -37,7 +37,7 @@ from .process_tree import SESSION_TOKEN_ENV, end_trees, off_the_loop, until_reap
 from .pty_child import spawn_off_loop
 from ..asciicast import CastRecorder, open_recording
 from .process_cap import ProcessCap
-from .sandbox import Sandbox
+from .sandbox import INIT_FAILED, Sandbox
 from .send import SendOperation, SendRequest, SendResult
 from .session import Session, SessionInfo, SessionOptions
 from .watchdog import Watchdog
@@ -154,7 +154,7 @@ class SessionManager:
         # the exec start now, in a spawner thread; the session's own state is built meanwhile.
         cap = None if wrapping.max_processes is None else ProcessCap(wrapping.max_processes, session_id)
         spawning = spawn_off_loop(self.loop_thread.loop, lambda: wrapping.wrap(spec.argv, where, root)._replace(
-            cap=None if cap is None else cap.make()), where, env, options.rows, options.cols)
+            cap=None if cap is None else cap.make(wrapping.caps_in_namespace)), where, env, options.rows, options.cols)
         try:
             session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
                               cwd=where, env=env, token=token, options=options,
@@ -167,6 +167,8 @@ class SessionManager:
             await session.open(spawning)
             await session.wait_started()
             failure = session.wrapper_failure()
+            if failure == INIT_FAILED:
+                raise BackendError(failure)
             if failure is not None:
                 raise BackendError(f"bubblewrap could not start the session ({failure}): what it needs is not "
                                    "there inside its namespace - open it in another cwd")

@@ -9,9 +9,13 @@ close that ended it took 11 s (the kernel ending 30,000 processes).  The cap sto
   cgroup v1's pids hierarchy, or in v2 where the pids controller reaches its cgroup's children (the root
   cgroup; a delegated subtree).  The leader joins it right before its exec, so everything it starts is in it
   whatever it does to its parent links or namespaces;
-- else, for a user who is not root, ``RLIMIT_NPROC``: the tasks the user runs at the open plus the cap.  The
-  kernel counts it over all the user's tasks together, so it keeps the machine and this kernel (whose own
-  limit is unchanged) able to fork, not the session's neighbours of the same user;
+- else, for a user who is not root, ``RLIMIT_NPROC``.  The kernel counts it per user namespace.  In a
+  session with a namespace of its own (bubblewrap's containment or sandbox), the namespace's init sets it to
+  the cap there, which counts the session's tasks alone (see :meth:`.sandbox.Sandbox._init`); the leader's, which
+  the namespace is made under, is what the user runs at the open plus this kernel's share
+  (:func:`kernel_share`), which bounds the user's tasks in all.  Without a namespace (process tracking) the
+  leader's is the user's tasks at the open plus the cap: that keeps the machine and this kernel (whose own limit
+  is unchanged) able to fork, not the session's neighbours of the same user;
 - else (root, with no pids cgroup to make: root ignores ``RLIMIT_NPROC``) nothing - the session's motd says so.
 
 And capped sessions share one cgroup of the kernel's in cgroup v1's cpu hierarchy (:func:`_kernel_cpu_cgroup`),
@@ -56,11 +60,15 @@ class ProcessCap:
         self.cgroup: str | None = None
         #: The ``RLIMIT_NPROC`` the leader takes (None without one).
         self.nproc: int | None = None
+        #: Whether the session's init sets the cap in the session's own user namespace (``RLIMIT_NPROC``).
+        self.in_namespace = False
 
-    def make(self) -> LeaderCap | None:
+    def make(self, in_namespace: bool = False) -> LeaderCap | None:
         """Make the cap (off the loop): the session's cgroup where one can be made, else the ``RLIMIT_NPROC``
         of a user who is not root; returns what the leader takes (None: nothing - not enforced).  A cgroup
-        found usable that then refuses the session's raises :class:`TerminalError`: never silently uncapped."""
+        found usable that then refuses the session's raises :class:`TerminalError`: never silently uncapped.
+        ``in_namespace``: the session's init sets the cap in a user namespace of the session's own
+        (:attr:`.sandbox.Sandbox.caps_in_namespace`)."""
         kernel = _kernel_cgroup()
         if kernel is not None:
             directory = os.path.join(kernel, self.name)
@@ -77,7 +85,8 @@ class ProcessCap:
                                     "file system") from None
             self.cgroup = directory
         elif os.getuid() != 0:
-            self.nproc = _user_tasks(os.getuid()) + self.limit
+            self.in_namespace = in_namespace
+            self.nproc = _user_tasks(os.getuid()) + (kernel_share() if in_namespace else self.limit)
         cpu = _kernel_cpu_cgroup()
         if self.cgroup is not None and os.path.dirname(self.cgroup) == cpu:
             cpu = None  # (one hierarchy for both: the session's cgroup is inside the kernel's already)
@@ -88,6 +97,9 @@ class ProcessCap:
         """One line for the session's motd."""
         if self.cgroup is not None:
             return f"processes: at most {self.limit} processes and threads at once (a pids cgroup)"
+        if self.nproc is not None and self.in_namespace:
+            return (f"processes: at most {self.limit} processes and threads at once (RLIMIT_NPROC in the session's "
+                    f"user namespace; this user's at most {self.nproc} in all)")
         if self.nproc is not None:
             return (f"processes: at most {self.nproc} processes and threads of this user at once ({self.limit} more "
                     "than it ran at the open; RLIMIT_NPROC)")

@@ -25,6 +25,7 @@ from __future__ import annotations
 import glob
 import os
 import platform
+import shlex
 import shutil
 import site
 import stat
@@ -139,17 +140,17 @@ class Sandbox:
         if self.mode == "off":
             args = [bwrap, "--dev-bind", "/", "/", "--dev", "/dev", *_shared_devices("/dev"), *_PROC,
                     *_kernel_masks(cwd, workspace), *_contained_root_limits(), "--unshare-pid", "--unshare-ipc",
-                    "--as-pid-1", "--die-with-parent"]
+                    *self._own_user_namespace(), "--as-pid-1", "--die-with-parent"]
             # (the sandbox's seccomp filter: no userfaultfd - see SHARED_DEVICES - nor keys typed into the terminal)
             filter_fds = [seccomp_filter_fd()] if platform.machine() in _AUDIT_ARCH else []
             for fd in filter_fds:
                 args += ["--seccomp", str(fd)]
-            return Wrapped([*args, "--chdir", cwd, "--", *_INIT, *argv], filter_fds)
+            return Wrapped([*args, "--chdir", cwd, "--", *self._init(), *argv], filter_fds)
         # No capabilities (bubblewrap keeps root's): root could remount the read-only file system writable,
         # unmount the namespace's /proc to find the host's under it, or make a node for a raw disk.
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_PROC,
                 "--tmpfs", "/tmp", "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts",
-                "--die-with-parent", "--cap-drop", "ALL"]
+                *self._own_user_namespace(), "--die-with-parent", "--cap-drop", "ALL"]
         if not self.network:
             args.append("--unshare-net")
         masked = _runtime_directories()
@@ -179,7 +180,39 @@ class Sandbox:
         scoped = self.network and abstract_socket_scope_works(bwrap)
         filter_fd = seccomp_filter_fd()  # (last: a refusal above leaves no descriptor behind)
         args += ["--seccomp", str(filter_fd), "--chdir", cwd, "--"]
-        return Wrapped(args + [*_INIT, *argv], [filter_fd], scoped)
+        return Wrapped(args + [*self._init(), *argv], [filter_fd], scoped)
+
+    @property
+    def caps_in_namespace(self) -> bool:
+        """Whether the session's task cap is counted in a user namespace of its own (a kernel that is not
+        root): see :meth:`_init`."""
+        return self.wrapped and self.max_processes is not None and os.getuid() != 0
+
+    def _own_user_namespace(self) -> tuple[str, ...]:
+        """A user namespace of the session's own, where its cap is counted (one even when bwrap is setuid and
+        would make none)."""
+        return ("--unshare-user",) if self.caps_in_namespace else ()
+
+    def _init(self) -> tuple[str, ...]:
+        """The namespace's init (:data:`_INIT`); for a capped session of a kernel that is not root, it first sets
+        ``RLIMIT_NPROC`` to the cap.  The kernel counts that limit per user *namespace*: in the session's own,
+        it counts the session's tasks alone.  Set outside, it counted all the user's tasks together, so a session
+        that filled its cap left every session opened before it unable to fork (``sh: Cannot fork``).  (dash
+        names it ``ulimit -p``, bash ``-u``; a shell that has neither fails the start, never leaves it
+        uncapped.)"""
+        if not self.caps_in_namespace:
+            return _INIT
+        tries = " || ".join(f"ulimit {flag} {self.max_processes}" for flag in NPROC_FLAGS)
+        cap = f"{{ {tries}; }} 2>/dev/null || {{ echo {shlex.quote(INIT_FAILED)} >&2; exit 125; }}"
+        return ("/bin/sh", "-c", f"{cap}; {REAPER_SCRIPT}", "sh")
+
+
+#: How shells name ``RLIMIT_NPROC`` to ``ulimit``: bash ``-u``, dash ``-p``.
+NPROC_FLAGS = ("-u", "-p")
+#: What the namespace's init says when it cannot set the session's cap; the open fails with it (see
+#: :meth:`Sandbox._init`).
+INIT_FAILED = ("the namespace's /bin/sh could not set the cap on the session's processes (it has neither "
+               "ulimit -u nor ulimit -p): open sessions with the config's maxProcesses null (no cap)")
 
 
 #: The namespace's init: a shell that runs the session's program as its child, reaps what is orphaned in the

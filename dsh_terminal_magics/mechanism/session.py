@@ -27,7 +27,7 @@ from .process_tree import ProcessStat, TreeToEnd, read_proc, subtree_table
 from .pty_child import PtyChild
 from .readiness import Fence, ReadinessProbe
 from .process_cap import ProcessCap
-from .sandbox import Sandbox
+from .sandbox import INIT_FAILED, Sandbox
 from ..asciicast import CastRecorder
 from .screen_tracker import ScreenTracker, switches_screen
 from .send import (ENTER, KEY_EVENT_WAIT, LINE_FEED, LINE_WAIT, MAX_LINE_MODE_LINE, MAX_TICK, MIN_TICK, PASTE_START,
@@ -239,12 +239,13 @@ class Session:
 
     def wrapper_failure(self) -> str | None:
         """The wrapper's own error when it could not start the program (bubblewrap exited at once with
-        ``bwrap: ...``: a mount it could not make, a directory it could not enter), else None."""
+        ``bwrap: ...``: a mount it could not make, a directory it could not enter; the namespace's init could not
+        set the session's cap, :data:`.sandbox.INIT_FAILED`), else None."""
         if not self.sandbox.wrapped or self.status != "exited":
             return None
         data, _ = self.raw.since(0)
         first = data.lstrip().split(b"\n", 1)[0].decode("utf-8", "replace").strip()
-        return first if first.startswith("bwrap: ") else None
+        return first if first.startswith("bwrap: ") or first == INIT_FAILED else None
 
     def _find_shell(self) -> None:
         """Under a wrapper (the sandbox's, the backend's own), find the program at the first prompt: the holder

@@ -13,9 +13,11 @@ import textwrap
 import pytest
 
 from dsh_terminal_magics import Agent, TerminalTools
-from dsh_terminal_magics.errors import ConfigError
+from dsh_terminal_magics.errors import BackendError, ConfigError
 from dsh_terminal_magics.mechanism import process_cap
 from dsh_terminal_magics.mechanism.process_tree import join_cap
+from dsh_terminal_magics.mechanism import sandbox as sandbox_module
+from dsh_terminal_magics.mechanism.sandbox import Sandbox
 from dsh_terminal_magics.tools import sandbox_problem
 from tests.conftest import wait_for
 from tests.reliability.test_containment import running_with
@@ -194,6 +196,106 @@ def test_a_user_that_is_not_root_is_capped_by_rlimit_nproc_where_no_cgroup_can_b
     describe, nproc, forked, code = said.split("|")
     assert "RLIMIT_NPROC" in describe, said
     assert code == "11" and int(forked) <= 20 <= int(nproc), said
+
+
+#: Forks until refused, each fork's count on a line of its own, then says "filled" and waits (the forks live on:
+#: the inner shell that failed is gone, the outer one reads).  dash ends a script at a refused fork.
+FILL_THE_CAP = ("sh -c 'n=0; while [ $n -lt 100 ]; do sleep 60 & n=$((n+1)); echo $n; done' 2>/dev/null; "
+                "echo filled; read x")
+#: Waits for a line, then forks ten times and says so (a refused fork ends it before it says anything).
+FORK_TEN_LATER = "read go; n=0; while [ $n -lt 10 ]; do sleep 60 & n=$((n+1)); done; echo forked $n; read x"
+
+
+def start_capped(command: str, limit: int) -> tuple[subprocess.Popen, str]:
+    """``command`` started as a capped, contained session's program is (bubblewrap, the namespace's init, the
+    leader's cap); returns the process and its motd line."""
+    wrapping = Sandbox(contain=True, max_processes=limit)
+    wrapped = wrapping.wrap(["/bin/sh", "-c", command], "/", "/")
+    cap = process_cap.ProcessCap(limit, f"t-{secrets.token_hex(4)}")
+    leader = cap.make(wrapping.caps_in_namespace)
+    proc = subprocess.Popen(wrapped.argv, pass_fds=wrapped.fds, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True,
+                            preexec_fn=None if leader is None else lambda: join_cap(*leader))
+    for fd in wrapped.fds:
+        os.close(fd)
+    return proc, cap.describe()
+
+
+def neighbours_fork(limit: int) -> str:
+    """B opens, then A fills its cap, then B forks ten times: what each said, as one line."""
+    late, _ = start_capped(FORK_TEN_LATER, limit)
+    filler, motd = start_capped(FILL_THE_CAP, limit)
+    try:
+        forks = [line.strip() for line in iter(filler.stdout.readline, "filled\n")]
+        late.stdin.write("go\n")
+        late.stdin.flush()
+        answer = late.stdout.readline().strip() or "nothing (its fork was refused)"
+        return f"{motd}|{forks[-1] if forks else 0}|{answer}"
+    finally:
+        for proc in (late, filler):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.mark.timeout(120)
+def test_a_session_that_fills_its_cap_leaves_the_users_other_sessions_forking():
+    """For a kernel that is not root (here a child as ``nobody`` when the tests run as root) with no pids cgroup:
+    the cap was ``RLIMIT_NPROC`` over all the user's tasks together, so a session that filled it left each
+    session opened before it unable to fork.  In the session's own user namespace it counts that session's
+    tasks alone: the one opened first still forks."""
+    if sandbox_problem() is not None:
+        pytest.skip(f"bubblewrap cannot contain a session here: {sandbox_problem()}")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            if os.getuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            process_cap._kernel_cgroup = lambda: None  # (no cgroup: the case here)
+            process_cap._kernel_cpu_cgroup = lambda: None
+            try:
+                said = neighbours_fork(20)
+            except Exception as exc:  # (handed to the test)
+                said = f"error|{type(exc).__name__}: {exc}|"
+            os.write(write, said.encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as answer:
+        said = answer.read()
+    os.waitpid(pid, 0)
+    if said.startswith("error|") and "bwrap" in said:
+        pytest.skip(f"bubblewrap does not run for a user who is not root here: {said}")
+    motd, filled, answer = said.split("|")
+    assert "in the session's user namespace" in motd, said
+    assert 10 <= int(filled) < 20, said  # (the init and the two shells count too)
+    assert answer == "forked 10", said
+
+
+@pytest.mark.timeout(120)
+def test_the_namespaces_init_sets_the_cap_or_the_open_fails_saying_what_to_do(monkeypatch):
+    """The init of a capped session's own user namespace sets ``RLIMIT_NPROC`` to the cap, as it does for a kernel
+    that is not root (forced here: root ignores the limit, but it is set all the same); a ``/bin/sh`` that can
+    set it by no name fails the open with what to do, and leaves no session and no process behind."""
+    if sandbox_problem() is not None:
+        pytest.skip(f"bubblewrap cannot contain a session here: {sandbox_problem()}")
+    monkeypatch.setattr(Sandbox, "caps_in_namespace", property(lambda self: self.wrapped and self.max_processes))
+    tools = TerminalTools(config={"maxProcesses": 64, "containment": "namespace"})
+    agent = Agent("init-cap")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        reply = tools.call("terminal_send", {"sessionId": sid, "text": "ulimit -u"}, agent=agent)
+        assert reply.viewport.splitlines()[1] == "64", reply.viewport
+        monkeypatch.setattr(sandbox_module, "NPROC_FLAGS", ("-Z",))
+        with pytest.raises(BackendError, match="could not set the cap on the session's processes") as refused:
+            tools.call("terminal_open", {"type": "shell"}, agent=agent)
+        assert "maxProcesses null" in str(refused.value)
+        assert [s.session_id for s in tools.call("terminal_list", {}, agent=agent).root] == [sid]
+    finally:
+        tools.shutdown()
 
 
 @pytest.mark.skipif(process_cap._own_v1_cgroup("cpu") is None, reason="needs cgroup v1's cpu hierarchy, writable")
