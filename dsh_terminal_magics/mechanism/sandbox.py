@@ -184,13 +184,13 @@ class Sandbox:
 
     @property
     def caps_in_namespace(self) -> bool:
-        """Whether the session's task cap is counted in a user namespace of its own (a kernel that is not
-        root): see :meth:`_init`."""
-        return self.wrapped and self.max_processes is not None and os.getuid() != 0
+        """Whether the session's task cap is counted in a user namespace of its own: a kernel that is not root,
+        under a bubblewrap that makes one (any that is not setuid-root) - see :meth:`_init`."""
+        return self.wrapped and self.max_processes is not None and os.getuid() != 0 and not _bwrap_is_setuid()
 
     def _own_user_namespace(self) -> tuple[str, ...]:
-        """A user namespace of the session's own, where its cap is counted (one even when bwrap is setuid and
-        would make none)."""
+        """A user namespace of the session's own, where its cap is counted (bubblewrap makes one for a user who
+        is not root anyway: said here, as the cap relies on it)."""
         return ("--unshare-user",) if self.caps_in_namespace else ()
 
     def _init(self) -> tuple[str, ...]:
@@ -205,6 +205,16 @@ class Sandbox:
         tries = " || ".join(f"ulimit {flag} {self.max_processes}" for flag in NPROC_FLAGS)
         cap = f"{{ {tries}; }} 2>/dev/null || {{ echo {shlex.quote(INIT_FAILED)} >&2; exit 125; }}"
         return ("/bin/sh", "-c", f"{cap}; {REAPER_SCRIPT}", "sh")
+
+
+def _bwrap_is_setuid() -> bool:
+    """Whether the bubblewrap on ``PATH`` is setuid (old installs): it then makes no user namespace unless told
+    to, and may be refused one - the cap stays on the user's tasks together (see :mod:`.process_cap`)."""
+    bwrap = shutil.which("bwrap")
+    try:
+        return bwrap is not None and bool(os.stat(bwrap).st_mode & stat.S_ISUID)
+    except OSError:
+        return False
 
 
 #: How shells name ``RLIMIT_NPROC`` to ``ulimit``: bash ``-u``, dash ``-p``.
