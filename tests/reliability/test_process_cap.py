@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from typing import Callable
 
 import pytest
 
@@ -158,34 +159,25 @@ def test_what_a_killed_kernel_left_in_the_cgroup_file_system_is_removed():
                 os.rmdir(directory)
 
 
-@pytest.mark.skipif(os.getuid() != 0, reason="starts a child as another user (nobody)")
-def test_a_user_that_is_not_root_is_capped_by_rlimit_nproc_where_no_cgroup_can_be_made(monkeypatch):
-    monkeypatch.setattr(process_cap, "_kernel_cgroup", lambda: None)
-    monkeypatch.setattr(process_cap, "_kernel_cpu_cgroup", lambda: None)
+def as_a_user_who_is_not_root(work: Callable[[], str]) -> str:
+    """``work()`` in a forked child that is a kernel not root and with no cgroup to make (``nobody`` when the tests
+    run as root), where a leader's cap is ``RLIMIT_NPROC``; what it returned (an error's name and text when it
+    raised, after ``error|``)."""
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # a kernel that is not root, in a child: prepare the cap, take it as a leader does, fork
+    if pid == 0:
         try:
             os.close(read)
-            os.setgroups([])
-            os.setgid(65534)
-            os.setuid(65534)
-            cap = process_cap.ProcessCap(20, "t-rlimit")
-            join_cap(*cap.make())
-            children: list[int] = []
+            if os.getuid() == 0:
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+            process_cap._kernel_cgroup = lambda: None
+            process_cap._kernel_cpu_cgroup = lambda: None
             try:
-                while len(children) < 100:
-                    child = os.fork()
-                    if child == 0:
-                        signal.pause()
-                        os._exit(0)
-                    children.append(child)
-                said = f"{cap.describe()}|{cap.nproc}|{len(children)}|never refused"
-            except OSError as exc:
-                said = f"{cap.describe()}|{cap.nproc}|{len(children)}|{exc.errno}"
-            for child in children:
-                os.kill(child, signal.SIGKILL)
-                os.waitpid(child, 0)
+                said = work()
+            except Exception as exc:  # (handed to the test)
+                said = f"error|{type(exc).__name__}: {exc}|"
             os.write(write, said.encode())
         finally:
             os._exit(0)
@@ -193,6 +185,30 @@ def test_a_user_that_is_not_root_is_capped_by_rlimit_nproc_where_no_cgroup_can_b
     with os.fdopen(read) as answer:
         said = answer.read()
     os.waitpid(pid, 0)
+    return said
+
+
+def test_a_user_that_is_not_root_is_capped_by_rlimit_nproc_where_no_cgroup_can_be_made():
+    def fork_past_the_cap() -> str:  # (prepare the cap, take it as a leader does, fork)
+        cap = process_cap.ProcessCap(20, "t-rlimit")
+        join_cap(*cap.make())
+        children: list[int] = []
+        try:
+            while len(children) < 100:
+                child = os.fork()
+                if child == 0:
+                    signal.pause()
+                    os._exit(0)
+                children.append(child)
+            said = f"{cap.describe()}|{cap.nproc}|{len(children)}|never refused"
+        except OSError as exc:
+            said = f"{cap.describe()}|{cap.nproc}|{len(children)}|{exc.errno}"
+        for child in children:
+            os.kill(child, signal.SIGKILL)
+            os.waitpid(child, 0)
+        return said
+
+    said = as_a_user_who_is_not_root(fork_past_the_cap)
     describe, nproc, forked, code = said.split("|")
     assert "RLIMIT_NPROC" in describe, said
     assert code == "11" and int(forked) <= 20 <= int(nproc), said
@@ -245,28 +261,7 @@ def test_a_session_that_fills_its_cap_leaves_the_users_other_sessions_forking():
     tasks alone: the one opened first still forks."""
     if sandbox_problem() is not None:
         pytest.skip(f"bubblewrap cannot contain a session here: {sandbox_problem()}")
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read)
-            if os.getuid() == 0:
-                os.setgroups([])
-                os.setgid(65534)
-                os.setuid(65534)
-            process_cap._kernel_cgroup = lambda: None  # (no cgroup: the case here)
-            process_cap._kernel_cpu_cgroup = lambda: None
-            try:
-                said = neighbours_fork(20)
-            except Exception as exc:  # (handed to the test)
-                said = f"error|{type(exc).__name__}: {exc}|"
-            os.write(write, said.encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as answer:
-        said = answer.read()
-    os.waitpid(pid, 0)
+    said = as_a_user_who_is_not_root(lambda: neighbours_fork(20))
     if said.startswith("error|") and "bwrap" in said:
         pytest.skip(f"bubblewrap does not run for a user who is not root here: {said}")
     motd, filled, answer = said.split("|")
