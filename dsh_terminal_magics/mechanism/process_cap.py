@@ -33,7 +33,7 @@ import threading
 from typing import Callable, NamedTuple
 
 from ..errors import TerminalError
-from .process_tree import LeaderCap, read_proc, write_control
+from .process_tree import LeaderCap, read_proc, within_nproc_hard_limit, write_control
 
 #: Prefix of this kernel's pids cgroup (``dsh-terminal-<pid>``), which holds a cgroup for each capped session.
 KERNEL_CGROUP_PREFIX = "dsh-terminal-"
@@ -86,7 +86,8 @@ class ProcessCap:
             self.cgroup = directory
         elif os.getuid() != 0:
             self.in_namespace = in_namespace
-            self.nproc = _user_tasks(os.getuid()) + (kernel_share() if in_namespace else self.limit)
+            self.nproc = within_nproc_hard_limit(_user_tasks(os.getuid()) + (kernel_share() if in_namespace
+                                                                               else self.limit))
         cpu = _kernel_cpu_cgroup()
         if self.cgroup is not None and os.path.dirname(self.cgroup) == cpu:
             cpu = None  # (one hierarchy for both: the session's cgroup is inside the kernel's already)
@@ -98,8 +99,8 @@ class ProcessCap:
         if self.cgroup is not None:
             return f"processes: at most {self.limit} processes and threads at once (a pids cgroup)"
         if self.nproc is not None and self.in_namespace:
-            return (f"processes: at most {self.limit} processes and threads at once (RLIMIT_NPROC in the session's "
-                    f"user namespace; this user's at most {self.nproc} in all)")
+            return (f"processes: at most {within_nproc_hard_limit(self.limit)} processes and threads at once "
+                    f"(RLIMIT_NPROC in the session's user namespace; this user's at most {self.nproc} in all)")
         if self.nproc is not None:
             return (f"processes: at most {self.nproc} processes and threads of this user at once ({self.limit} more "
                     "than it ran at the open; RLIMIT_NPROC)")

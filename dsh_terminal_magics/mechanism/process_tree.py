@@ -536,6 +536,14 @@ class LeaderCap(NamedTuple):
     nproc: int | None
 
 
+def within_nproc_hard_limit(tasks: int) -> int:
+    """``tasks``, or this process's hard ``RLIMIT_NPROC`` when that is lower: a leader cannot raise it (a user
+    who is not root whose limit is below what a cap asked for got no session at all - ``not allowed to raise
+    maximum limit``), and below it the user's own limit is the tighter cap."""
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    return tasks if hard == resource.RLIM_INFINITY else min(tasks, hard)
+
+
 def join_cap(procs_files: Iterable[str], nproc: int | None) -> None:
     """In a leader, right before its exec: take the cap :class:`LeaderCap` describes.  Raises :class:`OSError`
     when a cgroup will not take it (the open then fails: a cap that was promised is never silently missing)."""

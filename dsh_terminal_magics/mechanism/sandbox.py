@@ -39,7 +39,7 @@ from typing import Iterable, Literal, NamedTuple
 
 from ..errors import BackendError
 from .backends import REAPER_SCRIPT
-from .process_tree import LANDLOCK_SCOPED_ABI, LeaderCap, landlock_abi
+from .process_tree import LANDLOCK_SCOPED_ABI, LeaderCap, landlock_abi, within_nproc_hard_limit
 
 SandboxMode = Literal["off", "read-only", "workspace-write"]
 
@@ -199,10 +199,11 @@ class Sandbox:
         it counts the session's tasks alone.  Set outside, it counted all the user's tasks together, so a session
         that filled its cap left every session opened before it unable to fork (``sh: Cannot fork``).  (dash
         names it ``ulimit -p``, bash ``-u``; a shell that has neither fails the start, never leaves it
-        uncapped.)"""
+        uncapped.  A hard limit of the user's below the cap is the cap: it cannot be raised.)"""
         if not self.caps_in_namespace:
             return _INIT
-        tries = " || ".join(f"ulimit {flag} {self.max_processes}" for flag in NPROC_FLAGS)
+        limit = within_nproc_hard_limit(self.max_processes or 0)
+        tries = " || ".join(f"ulimit {flag} {limit}" for flag in NPROC_FLAGS)
         cap = f"{{ {tries}; }} 2>/dev/null || {{ echo {shlex.quote(INIT_FAILED)} >&2; exit 125; }}"
         return ("/bin/sh", "-c", f"{cap}; {REAPER_SCRIPT}", "sh")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import secrets
 import signal
 import subprocess
@@ -268,6 +269,32 @@ def test_a_session_that_fills_its_cap_leaves_the_users_other_sessions_forking():
     assert "in the session's user namespace" in motd, said
     assert 10 <= int(filled) < 20, said  # (the init and the two shells count too)
     assert answer == "forked 10", said
+
+
+@pytest.mark.timeout(120)
+def test_a_hard_limit_of_the_users_below_what_the_cap_asks_is_the_cap_not_a_failed_open():
+    """A user who is not root whose hard ``RLIMIT_NPROC`` is below what the cap asks for (the user's tasks plus
+    the kernel's share for the leader, the cap in the namespace) got no session at all: a leader may not raise
+    it (``not allowed to raise maximum limit``).  That hard limit is the cap then."""
+    if sandbox_problem() is not None:
+        pytest.skip(f"bubblewrap cannot contain a session here: {sandbox_problem()}")
+
+    def open_under_a_low_hard_limit() -> str:
+        hard = process_cap._user_tasks(os.getuid()) + 40
+        resource.setrlimit(resource.RLIMIT_NPROC, (hard, hard))
+        proc, motd = start_capped("grep '^Max processes' /proc/self/limits; read x", 100)
+        try:
+            return f"{hard}|{motd}|{proc.stdout.readline().split()}"
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    said = as_a_user_who_is_not_root(open_under_a_low_hard_limit)
+    if said.startswith("error|") and "bwrap" in said:
+        pytest.skip(f"bubblewrap does not run for a user who is not root here: {said}")
+    hard, motd, limits = said.split("|")
+    assert f"at most {hard} processes and threads at once" in motd, said
+    assert limits == str(["Max", "processes", hard, hard, "processes"]), said
 
 
 @pytest.mark.timeout(120)
