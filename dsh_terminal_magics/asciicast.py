@@ -17,7 +17,7 @@ import stat
 import threading
 import time
 
-from .errors import InvalidArgumentError, absolute_path, shown
+from .errors import InvalidArgumentError, absolute_path, no_thread_error, shown
 from .vocabulary import COLS_RANGE, MAX_CONFINED_RECORDING_BYTES, MAX_REPLAY_BYTES, ROWS_RANGE
 
 
@@ -56,7 +56,11 @@ class CastRecorder:
             self._room -= len(first.encode())
         self._writer = threading.Thread(target=self._write_lines, args=(fd,), name="dsh-terminal-recorder",
                                         daemon=True)
-        self._writer.start()
+        try:
+            self._writer.start()
+        except RuntimeError:  # (the user's process limit: the file is closed, the recording not started)
+            os.close(fd)
+            raise no_thread_error(f"record to {path}") from None
 
     def _write_lines(self, fd: int) -> None:
         try:

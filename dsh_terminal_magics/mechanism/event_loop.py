@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable, Coroutine, Generic, Protocol, TypeVar
 
-from ..errors import TerminalError
+from ..errors import TerminalError, no_thread_error
 
 T = TypeVar("T")
 
@@ -153,7 +153,12 @@ class EventLoopThread:
         self._doorbell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         started = threading.Event()
         self.thread = threading.Thread(target=self._main, args=(started,), name=name, daemon=True)
-        self.thread.start()
+        try:
+            self.thread.start()
+        except RuntimeError:  # (the user's process limit)
+            os.close(self._doorbell)
+            self.loop.close()
+            raise no_thread_error("start the terminal loop") from None
         started.wait()
 
     @classmethod

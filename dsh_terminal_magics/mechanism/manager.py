@@ -169,6 +169,10 @@ class SessionManager:
             failure = session.wrapper_failure()
             if failure == INIT_FAILED:
                 raise BackendError(failure)
+            if failure is not None and "Resource temporarily unavailable" in failure:  # (EAGAIN: out of tasks)
+                raise BackendError(f"bubblewrap could not start the session ({failure}): this user runs as many "
+                                   "processes and threads as RLIMIT_NPROC allows; close sessions you no longer need, "
+                                   "end what runs in them, or raise the limit")
             if failure is not None:
                 raise BackendError(f"bubblewrap could not start the session ({failure}): what it needs is not "
                                    "there inside its namespace - open it in another cwd")

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from ptyprocess import PtyProcess
 
-from ..errors import TerminalError
+from ..errors import TerminalError, no_thread_error
 from .fork_server import ForkServer
 from .process_tree import (LeaderCap, ProcessId, enter_abstract_socket_scope, is_alive, join_cap, make_leader_preexec,
                            read_stat)
@@ -207,21 +207,32 @@ def spawn_off_loop(loop: asyncio.AbstractEventLoop, *args: Any) -> "asyncio.Futu
 
 
 def _queue_spawn(work: _Work) -> None:
+    """Queue ``work`` for a spawner thread, starting the pool first (raises :class:`TerminalError` when not one
+    spawner thread can start; a pool that cannot grow serves with the threads it has)."""
     global _queued_spawns
     with _spawners_lock:
-        _queued_spawns += 1
-        while len(_spawners) < SPAWNER_THREADS or (_queued_spawns > _idle_spawners + _starting_spawners
+        while len(_spawners) < SPAWNER_THREADS or (_queued_spawns >= _idle_spawners + _starting_spawners
                                                    and len(_spawners) < MAX_SPAWNER_THREADS):
-            _start_spawner()  # (the whole pool at the first spawn; one more while every one is busy)
+            if not _start_spawner():  # (the whole pool at the first spawn; one more while every one is busy)
+                if not _spawners:
+                    raise no_thread_error("start the session (no thread to spawn it from)")
+                break
+        _queued_spawns += 1
         _spawn_queue.put(work)
 
 
-def _start_spawner() -> None:
+def _start_spawner() -> bool:
+    """Start one more spawner thread; False when no thread can start (the user's process limit)."""
     global _starting_spawners
-    _starting_spawners += 1
     thread = threading.Thread(target=_spawner, name=f"dsh-terminal-spawn-{len(_spawners)}", daemon=True)
-    thread.start()
+    _starting_spawners += 1
+    try:
+        thread.start()
+    except RuntimeError:
+        _starting_spawners -= 1
+        return False
     _spawners.append(thread)
+    return True
 
 
 def _spawner() -> None:

@@ -1457,7 +1457,10 @@ class _HolderSearch:
         if not self.searching and now - self._started >= max(HOLDER_SEARCH_GAP, self._cost / HOLDER_SEARCH_SHARE):
             self.searching, self._started = True, now
             # (a thread per search, gone when it is done: none stays for a search that may never come again)
-            threading.Thread(target=self._search, name="dsh-terminal-holders", daemon=True).start()
+            try:
+                threading.Thread(target=self._search, name="dsh-terminal-holders", daemon=True).start()
+            except RuntimeError:  # (no thread can start - the user's process limit: the last answer stands, and
+                self.searching = False  # the send goes on; it failed with "can't start new thread")
         return self._found.get(tty_path, ())
 
     def _search(self) -> None:

@@ -524,3 +524,79 @@ def test_when_memory_runs_out_a_sessions_process_goes_before_the_kernel(tmp_path
     finally:
         wait_for(lambda: not open(os.path.join(group, "cgroup.procs")).read().strip())
         os.rmdir(group)
+
+
+# -- no thread can start (a user at their process limit) ------------------------------------------------------
+def refuse_threads(monkeypatch, prefix: str) -> list[str]:
+    """Make threads named ``prefix...`` fail to start as at a user's process limit (``RLIMIT_NPROC``: Python
+    raises ``RuntimeError: can't start new thread``); returns the names refused so far.  Seen for real as a
+    user who is not root under ``ulimit -u`` a few tasks above what it ran."""
+    refused: list[str] = []
+    start = threading.Thread.start
+
+    def refusing(thread: threading.Thread) -> None:
+        if thread.name.startswith(prefix):
+            refused.append(thread.name)
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", refusing)
+    return refused
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_look_whose_search_thread_cannot_start_goes_on_without_it(monkeypatch):
+    """The look for readers of the terminal outside the foreground group searches every process's fds in a
+    thread of its own; when none could start, the send failed with ``internal error (RuntimeError: can't start
+    new thread)``.  The look goes on with the last search's answer."""
+    from dsh_terminal_magics.mechanism import readiness
+
+    monkeypatch.setattr(readiness._HOLDERS, "_started", -float("inf"))  # (a search is due at the next look)
+    refused = refuse_threads(monkeypatch, "dsh-terminal-holders")
+    tools, agent = TerminalTools(), Agent("at-its-limit")
+    try:
+        sid = tools.call("terminal_open", {"type": "shell"}, agent=agent).session_id
+        r = tools.call("terminal_send", {"sessionId": sid, "text": "for i in 1 2 3; do sleep 0.1 & done; wait; "
+                                                                   "echo done-$((6*7))"}, agent=agent)
+        assert r.wait_reason == "stdin_read" and "done-42" in r.viewport, r.viewport
+        assert refused, "no search was tried: the test did not reach the look it is about"
+    finally:
+        tools.shutdown()
+
+
+def test_an_open_with_no_thread_to_spawn_from_fails_saying_why(monkeypatch):
+    """No spawner thread can start (the pool is made at the first open): one clear error, nothing queued."""
+    import queue
+
+    from dsh_terminal_magics.mechanism import pty_child
+
+    for name, value in (("_spawners", []), ("_idle_spawners", 0), ("_starting_spawners", 0),
+                        ("_queued_spawns", 0), ("_spawn_queue", queue.SimpleQueue())):
+        monkeypatch.setattr(pty_child, name, value)  # (a pool of its own, not yet made: the real one serves on)
+    refused = refuse_threads(monkeypatch, "dsh-terminal-spawn")
+    tools, agent = TerminalTools(), Agent("at-its-limit")
+    try:
+        with pytest.raises(TerminalError, match="could not start the session .*may start no more threads"):
+            tools.call("terminal_open", {"type": "shell"}, agent=agent)
+        assert refused and pty_child._queued_spawns == 0 and pty_child._spawn_queue.empty()
+        assert tools.call("terminal_list", {}, agent=agent).root == []
+    finally:
+        tools.shutdown()
+
+
+def test_a_recording_or_a_loop_whose_thread_cannot_start_fails_saying_why_and_keeps_no_descriptor(
+        monkeypatch, tmp_path):
+    from dsh_terminal_magics.asciicast import open_recording
+    from dsh_terminal_magics.mechanism.event_loop import EventLoopThread
+
+    refused = refuse_threads(monkeypatch, "dsh-terminal-")
+    before = open_fds()
+    with pytest.raises(TerminalError, match="could not record to .*may start no more threads"):
+        open_recording(str(tmp_path / "demo.cast"), 24, 80)
+    with pytest.raises(TerminalError, match="could not start the terminal loop: .*may start no more threads"):
+        EventLoopThread(name="dsh-terminal-loop-at-its-limit")
+    assert refused == ["dsh-terminal-recorder", "dsh-terminal-loop-at-its-limit"]
+    assert open_fds() == before
