@@ -17,7 +17,7 @@ import stat
 import threading
 import time
 
-from .errors import InvalidArgumentError, absolute_path, no_thread_error, shown
+from .errors import InvalidArgumentError, absolute_path, out_of_tasks_error, shown
 from .vocabulary import COLS_RANGE, MAX_CONFINED_RECORDING_BYTES, MAX_REPLAY_BYTES, ROWS_RANGE
 
 
@@ -60,7 +60,7 @@ class CastRecorder:
             self._writer.start()
         except RuntimeError:  # (the user's process limit: the file is closed, the recording not started)
             os.close(fd)
-            raise no_thread_error(f"record to {path}") from None
+            raise out_of_tasks_error(f"record to {path}") from None
 
     def _write_lines(self, fd: int) -> None:
         try:

@@ -23,13 +23,13 @@ def shown(value: object, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-def no_thread_error(what: str) -> TerminalError:
-    """The error for a thread that could not start (``RuntimeError: can't start new thread``): this process runs
-    as many tasks as its limits let it - a user's ``RLIMIT_NPROC`` counts every process and thread of the user,
-    sessions' included."""
-    return TerminalError(f"could not {what}: this process may start no more threads (its user runs as many "
-                         "processes and threads as RLIMIT_NPROC or kernel.threads-max allow); close sessions you no "
-                         "longer need, end what runs in them, or raise the limit")
+def out_of_tasks_error(what: str) -> TerminalError:
+    """The error for a thread or process that could not start (``can't start new thread``, ``EAGAIN`` from a
+    fork): the user runs as many tasks as its limits let it - ``RLIMIT_NPROC`` counts every process and thread
+    of the user, sessions' included."""
+    return TerminalError(f"could not {what}: this user runs as many processes and threads as RLIMIT_NPROC or "
+                         "kernel.threads-max allow; close sessions you no longer need, end what runs in them, or "
+                         "raise the limit")
 
 
 class UnknownSessionError(TerminalError, KeyError):

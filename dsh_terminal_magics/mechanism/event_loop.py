@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Callable, Coroutine, Generic, Protocol, TypeVar
 
-from ..errors import TerminalError, no_thread_error
+from ..errors import TerminalError, out_of_tasks_error
 
 T = TypeVar("T")
 
@@ -158,7 +158,7 @@ class EventLoopThread:
         except RuntimeError:  # (the user's process limit)
             os.close(self._doorbell)
             self.loop.close()
-            raise no_thread_error("start the terminal loop") from None
+            raise out_of_tasks_error("start the terminal loop") from None
         started.wait()
 
     @classmethod

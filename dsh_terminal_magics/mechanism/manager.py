@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ..errors import (BackendError, InvalidArgumentError, SessionLimitError, SessionNotRunningError,
-                      TerminalError, UnknownSessionError, absolute_path, shown)
+                      TerminalError, UnknownSessionError, absolute_path, out_of_tasks_error, shown)
 from ..owners import new_id
 from ..vocabulary import (COLS_RANGE, MAX_READ_LINES, MAX_SEND_BYTES, ROWS_RANGE, SIGNALS, session_name_problem,
                           signal_name, wait_seconds_problem)
@@ -170,9 +170,7 @@ class SessionManager:
             if failure == INIT_FAILED:
                 raise BackendError(failure)
             if failure is not None and "Resource temporarily unavailable" in failure:  # (EAGAIN: out of tasks)
-                raise BackendError(f"bubblewrap could not start the session ({failure}): this user runs as many "
-                                   "processes and threads as RLIMIT_NPROC allows; close sessions you no longer need, "
-                                   "end what runs in them, or raise the limit")
+                raise out_of_tasks_error(f"start the session ({failure})")
             if failure is not None:
                 raise BackendError(f"bubblewrap could not start the session ({failure}): what it needs is not "
                                    "there inside its namespace - open it in another cwd")

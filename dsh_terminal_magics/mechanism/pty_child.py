@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from ptyprocess import PtyProcess
 
-from ..errors import TerminalError, no_thread_error
+from ..errors import TerminalError, out_of_tasks_error
 from .fork_server import ForkServer
 from .process_tree import (LeaderCap, ProcessId, enter_abstract_socket_scope, is_alive, join_cap, make_leader_preexec,
                            read_stat)
@@ -215,7 +215,7 @@ def _queue_spawn(work: _Work) -> None:
                                                    and len(_spawners) < MAX_SPAWNER_THREADS):
             if not _start_spawner():  # (the whole pool at the first spawn; one more while every one is busy)
                 if not _spawners:
-                    raise no_thread_error("start the session (no thread to spawn it from)")
+                    raise out_of_tasks_error("start the session (no thread to spawn it from)")
                 break
         _queued_spawns += 1
         _spawn_queue.put(work)

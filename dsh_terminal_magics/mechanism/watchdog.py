@@ -29,11 +29,15 @@ class Watchdog:
         with cls._lock:
             if cls._proc is not None and cls._proc.poll() is None:
                 return
-            cls._proc = subprocess.Popen(
-                [sys.executable, "-S", os.path.abspath(__file__), token],
-                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                start_new_session=True, close_fds=True,
-            )
+            try:
+                cls._proc = subprocess.Popen(
+                    [sys.executable, "-S", os.path.abspath(__file__), token],
+                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    start_new_session=True, close_fds=True,
+                )
+            except BlockingIOError:  # (EAGAIN: the user's process limit; the package is imported, not a script)
+                from ..errors import out_of_tasks_error
+                raise out_of_tasks_error("start the watchdog that ends the sessions' processes") from None
 
     @classmethod
     def stop(cls) -> None:

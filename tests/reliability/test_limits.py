@@ -579,7 +579,7 @@ def test_an_open_with_no_thread_to_spawn_from_fails_saying_why(monkeypatch):
     refused = refuse_threads(monkeypatch, "dsh-terminal-spawn")
     tools, agent = TerminalTools(), Agent("at-its-limit")
     try:
-        with pytest.raises(TerminalError, match="could not start the session .*may start no more threads"):
+        with pytest.raises(TerminalError, match="could not start the session .*as many processes and threads"):
             tools.call("terminal_open", {"type": "shell"}, agent=agent)
         assert refused and pty_child._queued_spawns == 0 and pty_child._spawn_queue.empty()
         assert tools.call("terminal_list", {}, agent=agent).root == []
@@ -594,9 +594,23 @@ def test_a_recording_or_a_loop_whose_thread_cannot_start_fails_saying_why_and_ke
 
     refused = refuse_threads(monkeypatch, "dsh-terminal-")
     before = open_fds()
-    with pytest.raises(TerminalError, match="could not record to .*may start no more threads"):
+    with pytest.raises(TerminalError, match="could not record to .*as many processes and threads"):
         open_recording(str(tmp_path / "demo.cast"), 24, 80)
-    with pytest.raises(TerminalError, match="could not start the terminal loop: .*may start no more threads"):
+    with pytest.raises(TerminalError, match="could not start the terminal loop: .*as many processes and threads"):
         EventLoopThread(name="dsh-terminal-loop-at-its-limit")
     assert refused == ["dsh-terminal-recorder", "dsh-terminal-loop-at-its-limit"]
     assert open_fds() == before
+
+
+def test_a_watchdog_that_cannot_be_forked_fails_the_open_saying_why(monkeypatch):
+    """The watchdog starts with the first session; a fork refused for the user's process limit (``EAGAIN``) came
+    back as ``internal error (BlockingIOError ...)``."""
+    from dsh_terminal_magics.mechanism import watchdog
+
+    def refused(*args, **kwargs):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(watchdog.Watchdog, "_proc", None)  # (the next open starts one: refused here)
+    monkeypatch.setattr(watchdog.subprocess, "Popen", refused)
+    with pytest.raises(TerminalError, match="could not start the watchdog .*as many processes and threads"):
+        watchdog.Watchdog.ensure("t-token")
