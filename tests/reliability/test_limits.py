@@ -567,24 +567,36 @@ def test_a_look_whose_search_thread_cannot_start_goes_on_without_it(monkeypatch)
         tools.shutdown()
 
 
-def test_an_open_with_no_thread_to_spawn_from_fails_saying_why(monkeypatch):
-    """No spawner thread can start (the pool is made at the first open): one clear error, nothing queued."""
-    import queue
-
+NO_SPAWNER_THREAD = textwrap.dedent("""
+    import threading
+    from dsh_terminal_magics import Agent, TerminalError, TerminalTools
     from dsh_terminal_magics.mechanism import pty_child
-
-    for name, value in (("_spawners", []), ("_idle_spawners", 0), ("_starting_spawners", 0),
-                        ("_queued_spawns", 0), ("_spawn_queue", queue.SimpleQueue())):
-        monkeypatch.setattr(pty_child, name, value)  # (a pool of its own, not yet made: the real one serves on)
-    refused = refuse_threads(monkeypatch, "dsh-terminal-spawn")
+    start = threading.Thread.start
+    def refusing(thread):  # (as at the user's process limit: RLIMIT_NPROC)
+        if thread.name.startswith("dsh-terminal-spawn"):
+            raise RuntimeError("can't start new thread")
+        start(thread)
+    threading.Thread.start = refusing
     tools, agent = TerminalTools(), Agent("at-its-limit")
     try:
-        with pytest.raises(TerminalError, match="could not start the session .*as many processes and threads"):
-            tools.call("terminal_open", {"type": "shell"}, agent=agent)
-        assert refused and pty_child._queued_spawns == 0 and pty_child._spawn_queue.empty()
-        assert tools.call("terminal_list", {}, agent=agent).root == []
-    finally:
-        tools.shutdown()
+        tools.call("terminal_open", {"type": "shell"}, agent=agent)
+        print("OPENED")
+    except TerminalError as exc:
+        print("REFUSED", exc)
+    print("QUEUED", pty_child._queued_spawns, pty_child._spawn_queue.qsize(), len(pty_child._spawners))
+    print("SESSIONS", len(tools.call("terminal_list", {}, agent=agent).root))
+    tools.shutdown()
+""")
+
+
+def test_an_open_with_no_thread_to_spawn_from_fails_saying_why():
+    """No spawner thread can start (the pool is made at the first open; a process of its own here, where none
+    was made yet): one clear error, nothing queued, no session."""
+    out = subprocess.run([sys.executable, "-c", NO_SPAWNER_THREAD], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert re.match(r"REFUSED could not start the session .*as many processes and threads", lines[0]), out.stdout
+    assert lines[1:] == ["QUEUED 0 0 0", "SESSIONS 0"], out.stdout
 
 
 def test_a_recording_or_a_loop_whose_thread_cannot_start_fails_saying_why_and_keeps_no_descriptor(
