@@ -1459,8 +1459,8 @@ class _HolderSearch:
             # (a thread per search, gone when it is done: none stays for a search that may never come again)
             try:
                 threading.Thread(target=self._search, name="dsh-terminal-holders", daemon=True).start()
-            except RuntimeError:  # (no thread can start - the user's process limit: the last answer stands, and
-                self.searching = False  # the send goes on; it failed with "can't start new thread")
+            except RuntimeError:  # no thread can start (the user's process limit): the last answer stands and the
+                self.searching = False  # look goes on - the send failed with "can't start new thread"
         return self._found.get(tty_path, ())
 
     def _search(self) -> None:
