@@ -37,7 +37,7 @@ from .process_tree import SESSION_TOKEN_ENV, end_trees, off_the_loop, until_reap
 from .pty_child import spawn_off_loop
 from ..asciicast import CastRecorder, open_recording
 from .process_cap import ProcessCap
-from .sandbox import INIT_FAILED, Sandbox
+from .sandbox import INIT_FAILED, Sandbox, Wrapped
 from .send import SendOperation, SendRequest, SendResult
 from .session import Session, SessionInfo, SessionOptions
 from .watchdog import Watchdog
@@ -153,8 +153,12 @@ class SessionManager:
         # The sandbox's set-up (it reads every Unix socket the host has bound: 60 ms for 3000), the fork and
         # the exec start now, in a spawner thread; the session's own state is built meanwhile.
         cap = None if wrapping.max_processes is None else ProcessCap(wrapping.max_processes, session_id)
-        spawning = spawn_off_loop(self.loop_thread.loop, lambda: wrapping.wrap(spec.argv, where, root)._replace(
-            cap=None if cap is None else cap.make(wrapping.caps_in_namespace)), where, env, options.rows, options.cols)
+
+        def wrapped_and_capped() -> Wrapped:
+            command = wrapping.wrap(spec.argv, where, root)
+            return command._replace(cap=None if cap is None else cap.make(command.caps_in_namespace))
+
+        spawning = spawn_off_loop(self.loop_thread.loop, wrapped_and_capped, where, env, options.rows, options.cols)
         try:
             session = Session(session_id=session_id, owner=owner, name=name, type_name=type, spec=spec,
                               cwd=where, env=env, token=token, options=options,

@@ -110,7 +110,8 @@ def spawn(command: Callable[[], Wrapped], cwd: str, env: dict[str, str], rows: i
     the child has its copies.  Blocks for the fork and until the exec: the loop runs it in a spawner thread
     (:func:`spawn_off_loop`)."""
     _check_descriptors_left()
-    argv, fds, scoped, cap = command()
+    wrapped = command()
+    argv, fds, scoped, cap = wrapped.argv, wrapped.fds, wrapped.abstract_socket_scope, wrapped.cap
     pass_fds = tuple(fds)
     try:
         if _FORK_SERVED:

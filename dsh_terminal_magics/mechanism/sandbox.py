@@ -71,6 +71,9 @@ class Wrapped(NamedTuple):
     abstract_socket_scope: bool = False
     #: The cap on tasks the leader takes right before its exec (:mod:`.process_cap`).
     cap: LeaderCap | None = None
+    #: Whether the namespace's init sets the task cap, in a user namespace of the session's own
+    #: (:attr:`Sandbox.caps_in_namespace`, as the command was wrapped).
+    caps_in_namespace: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,10 @@ class Sandbox:
             raise BackendError(f"{what} needs bubblewrap, which is not installed: install it "
                                "(Debian/Ubuntu: apt-get install bubblewrap) or turn it off")
         check_bwrap_works(bwrap)
+        # (asked once: the argv and the leader's cap follow the same answer.  bubblewrap makes a user namespace
+        # for a user who is not root anyway: said here, as the cap relies on it.)
+        counted = self.caps_in_namespace
+        own_user_namespace = ("--unshare-user",) if counted else ()
         # A private /dev (null, zero, random, tty, its own devpts for the ptys it opens, and this terminal as
         # /dev/console): the host's would let the session read and write other sessions' terminals - take the
         # notebook user's or another agent's keystrokes (a `cat /dev/pts/0` took their next command), write
@@ -140,17 +147,18 @@ class Sandbox:
         if self.mode == "off":
             args = [bwrap, "--dev-bind", "/", "/", "--dev", "/dev", *_shared_devices("/dev"), *_PROC,
                     *_kernel_masks(cwd, workspace), *_contained_root_limits(), "--unshare-pid", "--unshare-ipc",
-                    *self._own_user_namespace(), "--as-pid-1", "--die-with-parent"]
+                    *own_user_namespace, "--as-pid-1", "--die-with-parent"]
             # (the sandbox's seccomp filter: no userfaultfd - see SHARED_DEVICES - nor keys typed into the terminal)
             filter_fds = [seccomp_filter_fd()] if platform.machine() in _AUDIT_ARCH else []
             for fd in filter_fds:
                 args += ["--seccomp", str(fd)]
-            return Wrapped([*args, "--chdir", cwd, "--", *self._init(), *argv], filter_fds)
+            return Wrapped([*args, "--chdir", cwd, "--", *self._init(counted), *argv], filter_fds,
+                           caps_in_namespace=counted)
         # No capabilities (bubblewrap keeps root's): root could remount the read-only file system writable,
         # unmount the namespace's /proc to find the host's under it, or make a node for a raw disk.
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", *_PROC,
                 "--tmpfs", "/tmp", "--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts",
-                *self._own_user_namespace(), "--die-with-parent", "--cap-drop", "ALL"]
+                *own_user_namespace, "--die-with-parent", "--cap-drop", "ALL"]
         if not self.network:
             args.append("--unshare-net")
         masked = _runtime_directories()
@@ -180,7 +188,7 @@ class Sandbox:
         scoped = self.network and abstract_socket_scope_works(bwrap)
         filter_fd = seccomp_filter_fd()  # (last: a refusal above leaves no descriptor behind)
         args += ["--seccomp", str(filter_fd), "--chdir", cwd, "--"]
-        return Wrapped(args + [*self._init(), *argv], [filter_fd], scoped)
+        return Wrapped(args + [*self._init(counted), *argv], [filter_fd], scoped, caps_in_namespace=counted)
 
     @property
     def caps_in_namespace(self) -> bool:
@@ -188,19 +196,14 @@ class Sandbox:
         under a bubblewrap that makes one (any that is not setuid-root) - see :meth:`_init`."""
         return self.wrapped and self.max_processes is not None and os.getuid() != 0 and not _bwrap_is_setuid()
 
-    def _own_user_namespace(self) -> tuple[str, ...]:
-        """A user namespace of the session's own, where its cap is counted (bubblewrap makes one for a user who
-        is not root anyway: said here, as the cap relies on it)."""
-        return ("--unshare-user",) if self.caps_in_namespace else ()
-
-    def _init(self) -> tuple[str, ...]:
+    def _init(self, caps_in_namespace: bool) -> tuple[str, ...]:
         """The namespace's init (:data:`_INIT`); for a capped session of a kernel that is not root, it first sets
         ``RLIMIT_NPROC`` to the cap.  The kernel counts that limit per user *namespace*: in the session's own,
         it counts the session's tasks alone.  Set outside, it counted all the user's tasks together, so a session
         that filled its cap left every session opened before it unable to fork (``sh: Cannot fork``).  (dash
         names it ``ulimit -p``, bash ``-u``; a shell that has neither fails the start, never leaves it
         uncapped.  A hard limit of the user's below the cap is the cap: it cannot be raised.)"""
-        if not self.caps_in_namespace:
+        if not caps_in_namespace:
             return _INIT
         limit = within_nproc_hard_limit(self.max_processes or 0)
         tries = " || ".join(f"ulimit {flag} {limit}" for flag in NPROC_FLAGS)

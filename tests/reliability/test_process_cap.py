@@ -229,7 +229,7 @@ def start_capped(command: str, limit: int) -> tuple[subprocess.Popen, str]:
     wrapping = Sandbox(contain=True, max_processes=limit)
     wrapped = wrapping.wrap(["/bin/sh", "-c", command], "/", "/")
     cap = process_cap.ProcessCap(limit, f"t-{secrets.token_hex(4)}")
-    leader = cap.make(wrapping.caps_in_namespace)
+    leader = cap.make(wrapped.caps_in_namespace)
     proc = subprocess.Popen(wrapped.argv, pass_fds=wrapped.fds, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True,
                             preexec_fn=None if leader is None else lambda: join_cap(*leader))
